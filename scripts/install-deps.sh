@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Sandloom needs to build, run and test.
+# Usage: scripts/install-deps.sh [build|run|test]   (default: test, the superset)
+# As root it runs apt-get; otherwise it prints the exact command and exits 1.
+set -euo pipefail
+
+tier="${1:-test}"
+build_pkgs=(build-essential meson ninja-build pkg-config
+            libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
+            libcap-dev libseccomp-dev python3)
+test_pkgs=(libcmocka-dev python3-pytest curl)
+
+pkgs=("${build_pkgs[@]}")
+[ "$tier" = test ] && pkgs+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${pkgs[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "Sandloom needs these Debian packages: ${missing[*]}" >&2
+    echo "Run as root:  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,14 @@
+/* Error code -> HTTP status (spec API.md §0.5) and the one JSON error body
+ * of COMPAT.md §2: {"detail": {"code": ..., "message": ...[, "errors": [...]]}}. */
+#ifndef SL_API_ERRORS_H
+#define SL_API_ERRORS_H
+
+#include <jansson.h>
+
+#include "common/error.h"
+
+int sl_api_status_for_code(const char *code);
+/* Compact JSON text (malloc'd). `errors` (may be NULL) is borrowed. */
+char *sl_api_error_body(const char *code, const char *message, const json_t *errors);
+
+#endif

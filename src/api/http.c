@@ -1,0 +1,276 @@
+#include "api/http.h"
+
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "api/errors.h"
+#include "api/router.h"
+#include "common/cleanup.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "config/config.h"
+
+struct sl_http {
+    struct MHD_Daemon *daemon;
+    struct sl_service *svc;
+    char *expected_auth; /* "Bearer <token>" */
+    size_t expected_len;
+};
+
+/* Per-request state, from the first callback to completion. */
+struct conn_state {
+    const struct sl_route_def *route;
+    char *pathbuf; /* params point into it */
+    const char *params[SL_ROUTE_MAX_PARAMS];
+    size_t nparams;
+    struct sl_buf body;
+    bool too_large;
+    bool responded;
+};
+
+static enum MHD_Result queue(struct MHD_Connection *conn, struct sl_response *resp)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        resp->len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE
+                                                                    : MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(resp->body);
+        return MHD_NO;
+    }
+    resp->body = NULL;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (resp->allow[0])
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *conn, const char *code,
+                                   const char *message, const char *allow)
+{
+    struct sl_response resp = {
+        .status = sl_api_status_for_code(code),
+        .content_type = "application/json",
+        .body = sl_api_error_body(code, message, NULL),
+    };
+    resp.len = resp.body ? strlen(resp.body) : 0;
+    if (allow)
+        snprintf(resp.allow, sizeof(resp.allow), "%s", allow);
+    return queue(conn, &resp);
+}
+
+static enum MHD_Result queue_invalid_body(struct MHD_Connection *conn)
+{
+    _cleanup_json_ json_t *errors =
+        json_pack("[{s:[s,s],s:s,s:s}]", "loc", "body", "request", "type", "invalid_request",
+                  "msg", "request field does not satisfy the sandbox contract");
+    struct sl_response resp = {
+        .status = 422,
+        .content_type = "application/json",
+        .body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", errors),
+    };
+    resp.len = resp.body ? strlen(resp.body) : 0;
+    return queue(conn, &resp);
+}
+
+static bool authorized(struct sl_http *http, struct MHD_Connection *conn)
+{
+    const char *value = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
+                                      &len) != MHD_YES ||
+        !value)
+        return false;
+    return sl_consttime_equal(value, len, http->expected_auth, http->expected_len);
+}
+
+/* Refuse a declared body above the cap before reading any of it. */
+static bool content_length_too_large(struct MHD_Connection *conn)
+{
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl)
+        return false;
+    char *end = NULL;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return end == cl || *end || n > SL_HTTP_MAX_BODY;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    struct sl_http *http = cls;
+    (void)version;
+    struct conn_state *st = *con_cls;
+
+    if (!st) {
+        st = calloc(1, sizeof(*st));
+        if (!st)
+            return MHD_NO;
+        sl_buf_init(&st->body, SL_HTTP_MAX_BODY);
+        *con_cls = st;
+        st->pathbuf = strdup(url);
+        if (!st->pathbuf)
+            return MHD_NO;
+        char allow[64];
+        enum sl_match m = sl_router_match(method, st->pathbuf, &st->route, st->params,
+                                          &st->nparams, allow, sizeof(allow));
+        bool needs_auth = m == SL_MATCH_OK ? st->route->auth : sl_router_path_protected(url);
+        /* Authentication comes first: an unauthenticated client learns
+         * nothing about which paths exist and no body is parsed for it. */
+        if (needs_auth && !authorized(http, conn)) {
+            st->responded = true;
+            return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
+                               NULL);
+        }
+        if (m == SL_MATCH_NONE) {
+            st->responded = true;
+            return queue_error(conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
+        }
+        if (m == SL_MATCH_METHOD) {
+            st->responded = true;
+            return queue_error(conn, SL_E_METHOD_NOT_ALLOWED,
+                               "this path does not accept this method", allow);
+        }
+        if (content_length_too_large(conn)) {
+            st->responded = true;
+            return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+        }
+        return MHD_YES;
+    }
+
+    if (st->responded) {
+        *upload_data_size = 0; /* discard whatever the client still sends */
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        if (!st->too_large && sl_buf_append(&st->body, upload_data, *upload_data_size) < 0) {
+            st->too_large = true;
+            sl_buf_free(&st->body);
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+
+    /* The whole body is here. */
+    st->responded = true;
+    if (st->too_large)
+        return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+
+    /* NUL inside strings is accepted by the parser so that validation can
+     * refuse it per field (and the file API with its own message). */
+    _cleanup_json_ json_t *body = NULL;
+    if (st->route->body) {
+        if (st->body.len > 0)
+            body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
+        if (!json_is_object(body))
+            return queue_invalid_body(conn);
+    }
+    struct sl_request req = {
+        .svc = http->svc,
+        .conn = conn,
+        .method = method,
+        .nparams = st->nparams,
+        .body = body,
+    };
+    memcpy(req.params, st->params, sizeof(req.params));
+    struct sl_response resp = {.status = 500, .content_type = "application/json"};
+    st->route->handler(&req, &resp);
+    if (!resp.body && resp.status == 500)
+        return queue_error(conn, SL_E_INTERNAL, "internal error", NULL);
+    return queue(conn, &resp);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    struct conn_state *st = *con_cls;
+    if (!st)
+        return;
+    sl_buf_free(&st->body);
+    free(st->pathbuf);
+    free(st);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof(line), fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
+        line[--n] = '\0';
+    sl_warn("http: %s", line);
+}
+
+struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,
+                              struct sl_error *err)
+{
+    struct sl_http *http = calloc(1, sizeof(*http));
+    if (!http) {
+        sl_error_set(err, SL_E_INTERNAL, 0, "out of memory");
+        return NULL;
+    }
+    http->svc = svc;
+    if (asprintf(&http->expected_auth, "Bearer %s", cfg->internal_token) < 0) {
+        free(http);
+        sl_error_set(err, SL_E_INTERNAL, 0, "out of memory");
+        return NULL;
+    }
+    http->expected_len = strlen(http->expected_auth);
+
+    char port[16];
+    snprintf(port, sizeof(port), "%d", cfg->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *ai = NULL;
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai != 0 || !ai) {
+        sl_error_set(err, SL_E_CONFIG, 0, "SANDBOX_HOST: cannot resolve the bind address");
+        free(http->expected_auth);
+        free(http);
+        return NULL;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    if (ai->ai_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    http->daemon = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, http, MHD_OPTION_EXTERNAL_LOGGER,
+        on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, NULL,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SL_HTTP_MAX_CONNECTIONS,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!http->daemon) {
+        sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
+                     cfg->host, cfg->port);
+        free(http->expected_auth);
+        free(http);
+        return NULL;
+    }
+    return http;
+}
+
+void sl_http_stop(struct sl_http *http)
+{
+    if (!http)
+        return;
+    MHD_stop_daemon(http->daemon);
+    free(http->expected_auth);
+    free(http);
+}

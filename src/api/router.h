@@ -1,0 +1,70 @@
+/* The route table: one row per HTTP route, used for dispatch, for the
+ * 404/405 decisions and to generate /openapi.json, so the three cannot
+ * disagree. Handlers are thin: decode, call one service function, encode. */
+#ifndef SL_API_ROUTER_H
+#define SL_API_ROUTER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define SL_ROUTE_MAX_PARAMS 4
+
+struct sl_service;
+
+struct sl_request {
+    struct sl_service *svc;
+    void *conn; /* struct MHD_Connection */
+    const char *method;
+    const char *params[SL_ROUTE_MAX_PARAMS]; /* path parameters, in pattern order */
+    size_t nparams;
+    json_t *body; /* parsed JSON object when the route takes a body */
+};
+
+struct sl_response {
+    int status;
+    const char *content_type; /* static string */
+    char *body;               /* malloc'd */
+    size_t len;
+    char allow[64];           /* "Allow" header for 405, "" otherwise */
+};
+
+typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);
+
+struct sl_query_param {
+    const char *name;
+    const char *type; /* "string" | "integer" */
+    bool required;
+};
+
+struct sl_route_def {
+    const char *method;
+    const char *pattern; /* "/api/v1/sandboxes/{sandbox_id}" */
+    sl_handler handler;
+    bool auth;
+    bool body; /* expects a JSON object body */
+    const char *op_id;
+    const char *summary;
+    const char *request_schema;  /* components.schemas name or NULL */
+    const char *response_schema; /* components.schemas name or NULL (then text) */
+    const struct sl_query_param *query; /* terminated by a NULL name, or NULL */
+};
+
+extern const struct sl_route_def sl_routes[];
+extern const size_t sl_routes_len;
+
+enum sl_match { SL_MATCH_OK, SL_MATCH_METHOD, SL_MATCH_NONE };
+
+/* Match method+path. `pathbuf` is a mutable copy of the path; params point
+ * into it. On SL_MATCH_METHOD, `allow` lists the methods of that path. */
+enum sl_match sl_router_match(const char *method, char *pathbuf, const struct sl_route_def **out,
+                              const char **params, size_t *nparams, char *allow,
+                              size_t allow_size);
+
+/* Whether a path needs the bearer token even when no route matches it
+ * (so unknown /api paths answer 401 before 404). */
+bool sl_router_path_protected(const char *path);
+
+json_t *sl_openapi_document(void);
+
+#endif

@@ -1,0 +1,516 @@
+/* The route table and its handlers. Each handler validates its input in the
+ * reference's 422 shape, calls one service function and encodes the answer. */
+#include <microhttpd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/errors.h"
+#include "api/pages.h"
+#include "api/router.h"
+#include "api/validate.h"
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "service/service.h"
+
+#define MAX_PATH_CHARS 4096
+#define MAX_B64_CHARS 47185920
+#define DEFAULT_PROFILE "coding-default"
+
+/* ---- response helpers ------------------------------------------------------ */
+
+static void respond_json(struct sl_response *resp, int status, json_t *doc)
+{
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = json_dumps(doc, JSON_COMPACT);
+    resp->len = resp->body ? strlen(resp->body) : 0;
+    json_decref(doc);
+}
+
+static void respond_error(struct sl_response *resp, const struct sl_error *err)
+{
+    resp->status = sl_api_status_for_code(err->code);
+    resp->content_type = "application/json";
+    /* A 500 never carries internal detail to the client. */
+    const char *message = resp->status == 500 ? "internal error" : err->message;
+    resp->body = sl_api_error_body(err->code, message, NULL);
+    resp->len = resp->body ? strlen(resp->body) : 0;
+}
+
+static void respond_invalid(struct sl_response *resp, const struct sl_validation *v)
+{
+    resp->status = 422;
+    resp->content_type = "application/json";
+    resp->body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", v->errors);
+    resp->len = resp->body ? strlen(resp->body) : 0;
+}
+
+/* The answer of a service call: the document, or the error it raised. */
+static void respond_result(struct sl_response *resp, json_t *doc, const struct sl_error *err)
+{
+    if (doc)
+        respond_json(resp, 200, doc);
+    else
+        respond_error(resp, err);
+}
+
+static void respond_text(struct sl_response *resp, int status, const char *type, const char *text)
+{
+    resp->status = status;
+    resp->content_type = type;
+    resp->body = strdup(text);
+    resp->len = resp->body ? strlen(resp->body) : 0;
+}
+
+static const char *query_n(struct sl_request *req, const char *name, size_t *len)
+{
+    const char *value = NULL;
+    size_t n = 0;
+    if (MHD_lookup_connection_value_n(req->conn, MHD_GET_ARGUMENT_KIND, name, strlen(name),
+                                      &value, &n) != MHD_YES)
+        return NULL;
+    if (len)
+        *len = n;
+    return value ? value : "";
+}
+
+static const char *query(struct sl_request *req, const char *name)
+{
+    return query_n(req, name, NULL);
+}
+
+/* ---- public documents ---------------------------------------------------- */
+
+static void h_health(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/plain; charset=utf-8", "ok");
+}
+
+static void h_healthz(struct sl_request *req, struct sl_response *resp)
+{
+    respond_json(resp, 200, sl_svc_healthz(req->svc));
+}
+
+static void h_openapi(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_json(resp, 200, sl_openapi_document());
+}
+
+static void h_docs(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/html; charset=utf-8", SL_PAGE_DOCS);
+}
+
+static void h_admin(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/html; charset=utf-8", SL_PAGE_ADMIN);
+}
+
+/* ---- lifecycle --------------------------------------------------------------- */
+
+static void h_resolve(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = sl_v_string(&v, req->body, "sandbox_id", true, 3, 128, true, NULL);
+    const char *scope = sl_v_string(&v, req->body, "workspace_scope_id", true, 1, 191, false, NULL);
+    const char *profile =
+        sl_v_string(&v, req->body, "profile", false, 1, 64, false, DEFAULT_PROFILE);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_resolve(req->svc, id, scope, profile, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_route_get(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_route_get(req->svc, req->params[0], &err);
+    respond_result(resp, doc, &err);
+}
+
+static void h_audit(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_audit(req->svc, req->params[0], &err);
+    respond_result(resp, doc, &err);
+}
+
+static void h_connect(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_connect(req->svc, req->params[0], generation, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_release(struct sl_request *req, struct sl_response *resp)
+{
+    /* Any ?generation= is ignored: release uses the route's current one. */
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_release(req->svc, req->params[0], &err);
+    respond_result(resp, doc, &err);
+}
+
+/* ---- exec -------------------------------------------------------------------- */
+
+/* cwd: "/workspace" or below it, no ".." segment (API.md §3.9). */
+static bool cwd_valid(const char *cwd)
+{
+    if (strcmp(cwd, "/workspace") != 0 && strncmp(cwd, "/workspace/", 11) != 0)
+        return false;
+    for (const char *p = cwd; (p = strstr(p, "..")); p += 2) {
+        bool starts = p == cwd || p[-1] == '/';
+        bool ends = p[2] == '\0' || p[2] == '/';
+        if (starts && ends)
+            return false;
+    }
+    return true;
+}
+
+/* A JSON object of string values with key/value/count bounds; fills
+ * parallel arrays (borrowed from the object). */
+static bool env_object(struct sl_validation *v, const json_t *body, const char *field,
+                       size_t max_keys, const char ***keys, const char ***values, size_t *n)
+{
+    json_t *obj = json_object_get(body, field);
+    *n = 0;
+    if (!obj)
+        return true;
+    if (!json_is_object(obj) || json_object_size(obj) > max_keys) {
+        sl_v_fail(v, field);
+        return false;
+    }
+    size_t count = json_object_size(obj);
+    *keys = calloc(count + 1, sizeof(**keys));
+    *values = calloc(count + 1, sizeof(**values));
+    if (!*keys || !*values) {
+        sl_v_fail(v, field);
+        return false;
+    }
+    const char *k;
+    size_t klen;
+    json_t *val;
+    json_object_keylen_foreach(obj, k, klen, val) {
+        if (!json_is_string(val) || klen != strlen(k) ||
+            strlen(json_string_value(val)) != json_string_length(val) ||
+            sl_v_utf8_len(k, klen) > 256 ||
+            sl_v_utf8_len(json_string_value(val), json_string_length(val)) > 65536) {
+            sl_v_fail(v, field);
+            return false;
+        }
+        (*keys)[*n] = k;
+        (*values)[*n] = json_string_value(val);
+        (*n)++;
+    }
+    return true;
+}
+
+static void h_exec(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const json_t *b = req->body;
+    int64_t generation = 0, timeout = 0;
+    bool timeout_null = true, background = false;
+    const char *exec_id = sl_v_string(&v, b, "exec_id", true, 3, 128, true, NULL);
+    sl_v_int(&v, b, "generation", true, 1, INT64_MAX, 0, &generation);
+
+    json_t *argv_json = json_object_get(b, "argv");
+    size_t argc = 0;
+    _cleanup_free_ const char **argv = NULL;
+    if (!json_is_array(argv_json) || json_array_size(argv_json) < 1 ||
+        json_array_size(argv_json) > 256) {
+        sl_v_fail(&v, "argv");
+    } else {
+        argc = json_array_size(argv_json);
+        argv = calloc(argc + 1, sizeof(*argv));
+        for (size_t i = 0; argv && i < argc; i++) {
+            json_t *item = json_array_get(argv_json, i);
+            if (!json_is_string(item) || strlen(json_string_value(item)) != json_string_length(item) ||
+                sl_v_utf8_len(json_string_value(item), json_string_length(item)) > 65536) {
+                sl_v_fail(&v, "argv");
+                break;
+            }
+            argv[i] = json_string_value(item);
+        }
+    }
+    const char *cwd = sl_v_string(&v, b, "cwd", false, 0, 4096, false, "/workspace");
+    if (cwd && !cwd_valid(cwd)) {
+        sl_v_fail(&v, "cwd");
+        cwd = NULL;
+    }
+    _cleanup_free_ const char **env_keys = NULL, **env_values = NULL;
+    _cleanup_free_ const char **sens_keys = NULL, **sens_values = NULL;
+    size_t env_n = 0, sens_n = 0;
+    env_object(&v, b, "env", 128, &env_keys, &env_values, &env_n);
+    env_object(&v, b, "sensitive_env", 8, &sens_keys, &sens_values, &sens_n);
+    sl_v_int_nullable(&v, b, "timeout_seconds", 1, 86400, &timeout, &timeout_null);
+    sl_v_bool(&v, b, "background", false, &background);
+    const char *scope = NULL;
+    json_t *scope_json = json_object_get(b, "exec_scope");
+    if (scope_json && !json_is_null(scope_json))
+        scope = sl_v_string(&v, b, "exec_scope", true, 3, 128, true, NULL);
+
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+        sl_v_free(&v);
+        return;
+    }
+    sl_v_free(&v);
+    if (background) {
+        struct sl_error err;
+        sl_error_set(&err, "SANDBOX_BACKGROUND_EXEC_UNSUPPORTED", 0,
+                     "background execution is not available in this build yet");
+        resp->status = 501;
+        resp->content_type = "application/json";
+        resp->body = sl_api_error_body(err.code, err.message, NULL);
+        resp->len = strlen(resp->body);
+        return;
+    }
+
+    /* The stored request: all nine fields with defaults filled (§4.1). */
+    _cleanup_json_ json_t *stored = json_pack(
+        "{s:s,s:I,s:O,s:s,s:O,s:O,s:o,s:b,s:o}", "exec_id", exec_id, "generation",
+        (json_int_t)generation, "argv", argv_json, "cwd", cwd, "env",
+        json_object_get(b, "env") ? json_object_get(b, "env") : json_object(), "sensitive_env",
+        json_object_get(b, "sensitive_env") ? json_object_get(b, "sensitive_env") : json_object(),
+        "timeout_seconds", sl_json_int_or_null(timeout, timeout_null), "background", background,
+        "exec_scope", sl_json_str_or_null(scope));
+    struct sl_exec_request er = {
+        .exec_id = exec_id,
+        .generation = generation,
+        .argv = argv,
+        .argc = argc,
+        .cwd = cwd,
+        .env_keys = env_keys,
+        .env_values = env_values,
+        .env_len = env_n,
+        .sensitive_keys = sens_keys,
+        .sensitive_len = sens_n,
+        .timeout_seconds = timeout_null ? 0 : timeout,
+        .background = background,
+        .exec_scope = scope,
+        .request = stored,
+    };
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_exec(req->svc, req->params[0], &er, &err);
+    respond_result(resp, doc, &err);
+}
+
+/* ---- files ------------------------------------------------------------------- */
+
+static bool body_path(struct sl_validation *v, const json_t *b, const char *field,
+                      struct sl_file_path *out)
+{
+    size_t len = 0;
+    const char *s = sl_v_string_n(v, b, field, true, 1, MAX_PATH_CHARS, &len);
+    if (!s)
+        return false;
+    out->s = s;
+    out->len = len;
+    return true;
+}
+
+static void h_file_write(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    struct sl_file_path path = {0};
+    size_t b64_len = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    body_path(&v, req->body, "path", &path);
+    const char *b64 =
+        sl_v_string_n(&v, req->body, "content_base64", true, 0, MAX_B64_CHARS, &b64_len);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_file_write(req->svc, req->params[0], generation, path, b64, b64_len,
+                                        &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+/* path + generation from the query string (GET routes). */
+static bool query_path_generation(struct sl_request *req, struct sl_validation *v,
+                                  struct sl_file_path *path, int64_t *generation)
+{
+    size_t len = 0;
+    const char *p = query_n(req, "path", &len);
+    if (!p)
+        sl_v_fail(v, "path");
+    else {
+        path->s = p;
+        path->len = len;
+    }
+    sl_v_query_int(v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, generation);
+    return sl_v_ok(v);
+}
+
+static void h_file_read(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    struct sl_file_path path = {0};
+    int64_t generation = 0;
+    if (!query_path_generation(req, &v, &path, &generation)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_file_read(req->svc, req->params[0], generation, path, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_file_list(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    struct sl_file_path path = {0};
+    int64_t generation = 0, limit = 200, offset = 0;
+    query_path_generation(req, &v, &path, &generation);
+    sl_v_query_int(&v, query(req, "limit"), "limit", false, 1, 10000, 200, &limit);
+    sl_v_query_int(&v, query(req, "offset"), "offset", false, 0, INT64_MAX, 0, &offset);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc =
+            sl_svc_file_list(req->svc, req->params[0], generation, path, limit, offset, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_file_mkdir(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    struct sl_file_path path = {0};
+    bool parents = false;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    body_path(&v, req->body, "path", &path);
+    sl_v_bool(&v, req->body, "parents", false, &parents);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_file_mkdir(req->svc, req->params[0], generation, path, parents, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_file_delete(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    struct sl_file_path path = {0};
+    bool recursive = false;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    body_path(&v, req->body, "path", &path);
+    sl_v_bool(&v, req->body, "recursive", false, &recursive);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc =
+            sl_svc_file_delete(req->svc, req->params[0], generation, path, recursive, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_file_move(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    struct sl_file_path src = {0}, dst = {0};
+    bool overwrite = false;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    body_path(&v, req->body, "source", &src);
+    body_path(&v, req->body, "destination", &dst);
+    sl_v_bool(&v, req->body, "overwrite", false, &overwrite);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc =
+            sl_svc_file_move(req->svc, req->params[0], generation, src, dst, overwrite, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+/* ---- the table ---------------------------------------------------------------- */
+
+static const struct sl_query_param Q_FILE[] = {
+    {"path", "string", true}, {"generation", "integer", true}, {NULL, NULL, false}};
+static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
+                                               {"generation", "integer", true},
+                                               {"limit", "integer", false},
+                                               {"offset", "integer", false},
+                                               {NULL, NULL, false}};
+
+#define SBX "/api/v1/sandboxes/{sandbox_id}"
+
+/* Order matters where a literal and a parameter segment overlap:
+ * /sandboxes/resolve is declared before /sandboxes/{sandbox_id} (API.md §0.3). */
+const struct sl_route_def sl_routes[] = {
+    {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL},
+    {"GET", "/healthz", h_healthz, false, false, "healthz", "Worker status document", NULL,
+     "Healthz", NULL},
+    {"GET", "/openapi.json", h_openapi, false, false, "openapi", "This document", NULL, NULL,
+     NULL},
+    {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL},
+    {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL},
+    {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
+     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL},
+    {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
+     "RouteRecord", NULL},
+    {"POST", SBX, h_connect, true, true, "connectSandbox", "Create the sandbox on its worker",
+     "ConnectRequest", "ConnectResponse", NULL},
+    {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
+     "ReleaseResponse", NULL},
+    {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
+     "AuditResponse", NULL},
+    {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
+     "ExecResponse", NULL},
+    {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
+     "FileWriteRequest", "FileWriteResponse", NULL},
+    {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,
+     "FileReadResponse", Q_FILE},
+    {"GET", SBX "/files/list", h_file_list, true, false, "listDirectory", "List a directory",
+     NULL, "DirectoryListResponse", Q_LIST},
+    {"POST", SBX "/files/mkdir", h_file_mkdir, true, true, "makeDirectory", "Create a directory",
+     "MkdirRequest", "FileWriteResponse", NULL},
+    {"POST", SBX "/files/delete", h_file_delete, true, true, "deletePath",
+     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL},
+    {"POST", SBX "/files/move", h_file_move, true, true, "movePath", "Move or rename a path",
+     "MoveRequest", "MoveResponse", NULL},
+};
+const size_t sl_routes_len = sizeof(sl_routes) / sizeof(sl_routes[0]);

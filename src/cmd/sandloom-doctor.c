@@ -1,0 +1,118 @@
+/* sandloom-doctor: runs the isolation probe without starting the service and
+ * reports what this host can provide (spec RUNTIME.md §14). --json prints only
+ * the JSON. Exit 0 when the configured policy is usable, 2 when blocked. */
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "runtime/runtime.h"
+#include "workspace/files.h"
+
+static const char *const GUIDANCE[] = {
+    "Run sandloomd as root on a Linux host with user namespaces enabled.",
+    "SANDBOX_ISOLATION_LEVEL=auto selects the strongest level that a real launch proves.",
+    "An explicitly requested level or required feature that fails stops startup.",
+    "This report covers local execution only: no database, registry or object store checks.",
+};
+
+int main(int argc, char **argv)
+{
+    bool json_only = argc > 1 && strcmp(argv[1], "--json") == 0;
+    struct utsname uts;
+    uname(&uts);
+    json_t *report = json_pack("{s:i,s:s,s:s,s:b,s:{s:s,s:s,s:s,s:i}}", "schema_version", 1,
+                               "product", "Sandloom", "status", "blocked", "can_start", 0,
+                               "environment", "system", uts.sysname, "kernel", uts.release,
+                               "architecture", uts.machine, "effective_uid", (int)geteuid());
+    json_t *errors = json_array(), *warnings = json_array();
+    json_object_set_new(report, "scope",
+                        json_string("local execution only: no database, Redis, S3 or plugin "
+                                    "checks"));
+
+    struct sl_config cfg = {0};
+    struct sl_error err = {0};
+    int exit_code = 2;
+    char tmpl[] = "/tmp/sandloom-doctor-XXXXXX";
+    char *dir = NULL;
+    if (sl_config_load(&cfg, NULL, &err) < 0) {
+        json_array_append_new(errors, json_string(err.message));
+    } else if (geteuid() != 0) {
+        json_array_append_new(errors, json_string("the probe needs root (effective uid 0)"));
+    } else if (!(dir = mkdtemp(tmpl))) {
+        json_array_append_new(errors, json_string("cannot create a temporary probe directory"));
+    } else {
+        json_object_set_new(report, "requested_policy",
+                            json_pack("{s:s,s:s,s:[],s:[]}", "level", cfg.isolation_level,
+                                      "network_mode", cfg.network_mode, "required_features",
+                                      "optional_features"));
+        char self[PATH_MAX], init_path[PATH_MAX + 32];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = '\0';
+        snprintf(init_path, sizeof(init_path), "%s/sandloom-init", self);
+        struct sl_rt_options rto = {
+            .init_path = init_path,
+            .readonly_mounts = &cfg.readonly_mounts,
+            .python_prefix = "/usr",
+            .tmpfs_bytes = cfg.tmpfs_bytes,
+            .cpu_seconds = cfg.cpu_seconds,
+            .max_processes = cfg.max_processes,
+            .max_open_files = cfg.max_open_files,
+            .max_file_size_bytes = cfg.max_file_size_bytes,
+            .network_isolated = strcmp(cfg.network_mode, "isolated") == 0,
+            .requested_level = cfg.isolation_level,
+            .probe_root = dir,
+            .probe_uid = (uid_t)cfg.uid_start,
+        };
+        struct sl_runtime *rt = NULL;
+        if (sl_rt_open(&rto, &rt, &err) < 0) {
+            json_array_append_new(errors, json_string(err.message));
+        } else {
+            const struct sl_rt_profile *p = sl_rt_profile(rt);
+            static const char *const names[] = {"basic", "standard", "strict"};
+            json_t *levels = json_array(), *failures = json_object();
+            for (int i = 0; i < 3; i++) {
+                if (p->supported[i])
+                    json_array_append_new(levels, json_string(names[i]));
+                else
+                    json_object_set_new(failures, names[i], json_string(p->probe_failure[i]));
+            }
+            json_object_set_new(
+                report, "capabilities",
+                json_pack("{s:s,s:s,s:o,s:o,s:b,s:b,s:b,s:s}", "selected_level",
+                          p->selected_level, "max_supported_level", p->max_supported_level,
+                          "supported_levels", levels, "probe_failures", failures,
+                          "pid_namespace", p->pid_namespace, "cgroup_namespace",
+                          p->cgroup_namespace, "network_namespace", p->network_isolated,
+                          "runtime", "sandloom-native"));
+            json_object_set_new(report, "status", json_string("ready"));
+            json_object_set_new(report, "can_start", json_true());
+            exit_code = 0;
+            sl_rt_close(rt);
+        }
+        rmdir(dir);
+    }
+    json_t *guidance = json_array();
+    for (size_t i = 0; i < SL_ARRAY_LEN(GUIDANCE); i++)
+        json_array_append_new(guidance, json_string(GUIDANCE[i]));
+    json_object_set_new(report, "warnings", warnings);
+    json_object_set_new(report, "errors", errors);
+    json_object_set_new(report, "operator_guidance", guidance);
+    if (!json_only)
+        printf("Sandloom doctor: %s\n", exit_code == 0 ? "ready" : "blocked");
+    char *text = json_dumps(report, JSON_INDENT(2) | JSON_SORT_KEYS);
+    printf("%s\n", text);
+    free(text);
+    json_decref(report);
+    sl_config_free(&cfg);
+    return exit_code;
+}

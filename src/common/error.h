@@ -1,0 +1,77 @@
+/* The one error type of the project.
+ *
+ * Convention: a fallible function returns a negative value (or NULL) and
+ * fills the caller-provided struct sl_error. The error carries
+ *   - code:    a stable API code spelled as the API spells it
+ *              ("STALE_SANDBOX_ROUTE"), a static string, never NULL once set;
+ *   - errnum:  the errno of the failing syscall, 0 if none;
+ *   - message: a sentence safe to show a client (never a host path, never an
+ *              input value);
+ *   - detail:  context for the operator's log, prepended to on the way up by
+ *              sl_error_wrap() (may name host paths).
+ * The HTTP layer turns it into a response once (api/errors.c). Library code
+ * does not log; the top of a request or background loop does. */
+#ifndef SL_COMMON_ERROR_H
+#define SL_COMMON_ERROR_H
+
+#include <stdbool.h>
+
+/* Codes used across modules. Names are the API's own. */
+#define SL_E_INVALID_ARGUMENT "SANDBOX_INVALID_ARGUMENT"   /* 400, message is the reference's sentence */
+#define SL_E_INVALID_REQUEST "SANDBOX_INVALID_REQUEST"     /* 422 */
+#define SL_E_UNAUTHORIZED "SANDBOX_UNAUTHORIZED"           /* 401 */
+#define SL_E_NOT_FOUND "NOT_FOUND"                         /* 404 unknown path */
+#define SL_E_METHOD_NOT_ALLOWED "METHOD_NOT_ALLOWED"       /* 405 */
+#define SL_E_TOO_LARGE "SANDBOX_REQUEST_TOO_LARGE"         /* 413 */
+#define SL_E_INTERNAL "SANDBOX_INTERNAL_ERROR"             /* 500 */
+#define SL_E_SANDBOX_NOT_FOUND "SANDBOX_NOT_FOUND"
+#define SL_E_EXEC_NOT_FOUND "EXEC_NOT_FOUND"
+#define SL_E_STALE_ROUTE "STALE_SANDBOX_ROUTE"
+#define SL_E_STALE_GENERATION "STALE_SANDBOX_GENERATION"
+#define SL_E_BUSY_OR_STALE "SANDBOX_BUSY_OR_STALE"
+#define SL_E_SCOPE_MISMATCH "SANDBOX_SCOPE_MISMATCH"
+#define SL_E_PROFILE_MISMATCH "SANDBOX_PROFILE_MISMATCH"
+#define SL_E_PROFILE_UNAVAILABLE "SANDBOX_PROFILE_UNAVAILABLE"
+#define SL_E_SUSPENDED "SANDBOX_SUSPENDED"
+#define SL_E_RELEASING "SANDBOX_RELEASING"
+#define SL_E_FILE_PATH_LOCKED "SANDBOX_FILE_PATH_LOCKED"
+#define SL_E_SHARED_WORKSPACE_LOCKED "SANDBOX_SHARED_WORKSPACE_LOCKED"
+#define SL_E_EXEC_SCOPE_BUSY "SANDBOX_EXEC_SCOPE_BUSY"
+#define SL_E_PARALLEL_EXEC_LIMIT "SANDBOX_PARALLEL_EXEC_LIMIT"
+#define SL_E_NO_WORKER "NO_SANDBOX_WORKER_AVAILABLE"
+#define SL_E_WORKER_UNREACHABLE "SANDBOX_WORKER_UNREACHABLE"
+#define SL_E_DISK_PRESSURE "SANDBOX_WORKER_DISK_PRESSURE"
+#define SL_E_UID_POOL_EXHAUSTED "SANDBOX_UID_POOL_EXHAUSTED"
+#define SL_E_WORKSPACE_INVALID "SANDBOX_WORKSPACE_INVALID" /* 503, host dir has wrong shape */
+#define SL_E_STORE "SANDBOX_METADATA_UNAVAILABLE"          /* 503 */
+#define SL_E_RUNTIME "SANDBOX_RUNTIME_ERROR"               /* exec could not start */
+#define SL_E_TOKEN_NOT_CONFIGURED "SANDBOX_INTERNAL_TOKEN_NOT_CONFIGURED" /* 503 */
+#define SL_E_CONFIG "SANDBOX_CONFIG_INVALID"               /* startup refusal */
+
+struct sl_error {
+    const char *code;
+    int errnum;
+    char message[256];
+    char detail[768];
+};
+
+/* Set code/errnum and a client-safe message (printf format). Returns -1 so
+ * callers can write `return sl_error_set(err, ...);`. err may be NULL. */
+int sl_error_set(struct sl_error *err, const char *code, int errnum, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Same as sl_error_set with errnum = errno and the message also copied into
+ * detail together with strerror(errno). */
+int sl_error_errno(struct sl_error *err, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Prepend operator context to detail ("context: previous detail"). */
+int sl_error_wrap(struct sl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+void sl_error_clear(struct sl_error *err);
+bool sl_error_is(const struct sl_error *err, const char *code);
+
+/* The detail if any, else the message; for logs. */
+const char *sl_error_text(const struct sl_error *err);
+
+#endif

@@ -1,0 +1,141 @@
+/* Service configuration: every variable of spec/CONFIG.md, parsed and
+ * validated in one place.
+ *
+ * Lifecycle: sl_config_load() fills a struct sl_config from the process
+ * environment, falling back to a `.env` file in the working directory (the
+ * process environment wins). The struct owns all its strings; release it with
+ * sl_config_free(). After load it is read-only and shared by every thread.
+ *
+ * Field names are the variable names without the SANDBOX_ prefix, lower-case
+ * (SANDBOX_WORKER_CAPACITY -> worker_capacity). Strings are never NULL unless
+ * documented as "NULL = unset". A refusal returns -1 with err->code
+ * SANDBOX_CONFIG_INVALID and a message naming the variable and the reason but
+ * never the value. */
+#ifndef SL_CONFIG_CONFIG_H
+#define SL_CONFIG_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "common/util.h"
+
+enum sl_db_backend { SL_DB_SQLITE, SL_DB_POSTGRESQL, SL_DB_MYSQL };
+
+struct sl_config {
+    /* 2.1 identity and HTTP */
+    char *host;
+    int port;
+    char *advertise_host;   /* default: the machine's FQDN (gethostname + canonical name) */
+    char *advertise_scheme;
+    char *internal_token;   /* after load: never empty (generated outside prod) */
+    bool token_generated;   /* internal_token was generated at load */
+    char *startup_log_path;
+    char *profile_id;
+    char *profile_hash;
+    int worker_capacity;
+    double heartbeat_interval_seconds;
+    int heartbeat_ttl_seconds;
+
+    /* 2.2 isolation and runtime */
+    char *isolation_level; /* normalised: auto|basic|standard|strict|1|2|3 */
+    struct sl_strlist isolation_required_features; /* lower-cased, de-duplicated, sorted */
+    struct sl_strlist isolation_optional_features;
+    char *network_mode;      /* host|isolated */
+    char *execution_backend; /* lower-cased */
+    char *bubblewrap_path, *setpriv_path, *prlimit_path; /* accepted, ignored (COMPAT §1) */
+    char *bash_path;
+    char *bubblewrap_min_version; /* accepted, ignored */
+    int64_t tmpfs_bytes;
+    int64_t cpu_seconds;
+    int64_t max_processes;
+    int64_t max_open_files;
+    int64_t max_file_size_bytes;
+    struct sl_strlist readonly_mounts;
+
+    /* 2.3 workspace and lifecycle */
+    char *local_root;
+    char *shared_root; /* NULL = unset (an empty value is unset) */
+    int64_t uid_start, uid_end;
+    int64_t idle_ttl_seconds;
+    int64_t orphan_release_grace_seconds;
+    int64_t orphan_running_grace_seconds;
+    int64_t orphan_reaper_batch_size;
+    double maintenance_interval_seconds;
+    int64_t suspended_retention_seconds;
+    char *suspend_snapshot; /* auto|always|never */
+    int64_t orphan_dormant_dir_ttl_seconds;
+    int64_t disk_high_watermark_percent;
+    int64_t min_free_bytes;
+    int64_t default_timeout_seconds;
+    double terminate_grace_seconds;
+
+    /* 2.4 API limits */
+    int64_t max_output_bytes;
+    int64_t max_file_api_bytes;
+    int64_t max_list_entries;
+    int64_t max_parallel_execs_per_sandbox;
+    struct sl_strlist mcp_allowed_hosts;
+
+    /* 2.5 metadata and registry */
+    char *database_url;          /* normalised driver, e.g. sqlite+aiosqlite:///./data/x.db */
+    enum sl_db_backend db_backend;
+    char *database_path;         /* SQLite file path (the store creates its parent), or the database name */
+    bool database_url_default;   /* true when SANDBOX_DATABASE_URL was empty */
+    bool database_auto_ddl;      /* resolved: unset => true for SQLite only */
+    char *metadata_backend;
+    int64_t mysql_connect_timeout_seconds;
+    int64_t mysql_pool_recycle_seconds;
+    char *registry_backend;
+    char *registry_namespace;
+    char *redis_url;
+
+    /* 2.6 object store and templates */
+    char *object_store_backend;
+    char *blobstore_endpoint, *blobstore_bucket, *blobstore_base_prefix, *blobstore_region;
+    char *blobstore_access_key, *blobstore_secret_key; /* BLOBSTORE_* from the process env */
+    char *template_root;             /* resolved: unset => <parent of workspace root>/templates */
+    int64_t template_cache_max_bytes; /* -1 = unset (no eviction) */
+    int64_t template_max_extract_bytes;
+    int64_t template_max_archive_bytes;
+    int64_t template_snapshot_max_entries;
+    int64_t template_snapshot_max_depth;
+    double template_snapshot_timeout_seconds;
+
+    /* 2.7 toolchains, mirrors, proxies, egress */
+    struct sl_strlist toolchains; /* order kept, duplicates dropped */
+    char *python_index_url, *npm_registry, *go_proxy, *go_sumdb;
+    char *cargo_registry_url, *maven_repository_url;
+    char *java_home;         /* NULL = unset */
+    char *rust_launcher_dir; /* NULL = unset */
+    struct sl_strlist http_proxies;
+    char *no_proxy;
+    struct sl_strlist egress_denied_addresses;
+    struct sl_strlist egress_allowed_literals;
+
+    /* 2.8 plugins and telemetry */
+    char *credential_broker;
+    char *telemetry_sink; /* NULL = unset */
+
+    /* 3. read outside the settings model */
+    char *environment; /* local|staging|prod */
+    char *zone, *region;
+
+    /* derived */
+    char *workspace_root; /* shared_root if set, else local_root */
+    char *env_type;       /* "LOCAL" / "STAGING-zone-region" ... */
+    bool launcher_vars_set; /* a launcher-only variable (BUBBLEWRAP, SETPRIV, PRLIMIT) was set */
+};
+
+/* Load from the process environment and ./.env (see header comment).
+ * `dotenv_path` overrides the .env location (NULL = "./.env"). */
+int sl_config_load(struct sl_config *cfg, const char *dotenv_path, struct sl_error *err);
+void sl_config_free(struct sl_config *cfg);
+
+/* Parse a list value as spec/CONFIG.md §1 says (JSON array or comma list). */
+int sl_config_parse_list(const char *value, struct sl_strlist *out);
+/* Parse a boolean spelling; -1 if not one. */
+int sl_config_parse_bool(const char *value);
+
+
+#endif

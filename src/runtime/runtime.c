@@ -1,0 +1,387 @@
+/* The runtime: startup probe and level selection, and the supervision of one
+ * execution (output capture, deadline, kill, reap). Entering the sandbox is
+ * spawn.c's job. */
+#include "runtime/runtime.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/syscalls.h"
+#include "runtime/spawn.h"
+
+enum { LEVEL_BASIC, LEVEL_STANDARD, LEVEL_STRICT, LEVEL_COUNT };
+static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "strict"};
+
+#define READ_CHUNK (64 * 1024)
+#define PROBE_TIMEOUT_MS 15000
+#define MIN_GRACE_MS 100
+
+struct sl_runtime {
+    struct sl_spawn_layout layout;
+    struct sl_rt_profile profile;
+    int level;
+    bool net_ns;
+    atomic_int running;
+};
+
+void sl_rt_exec_result_free(struct sl_rt_exec_result *r)
+{
+    if (!r)
+        return;
+    sl_buf_free(&r->out);
+    sl_buf_free(&r->err);
+}
+
+/* Read one chunk; keep what fits under the stream's maximum, count the rest
+ * as truncation. Closes the descriptor at EOF. */
+static void drain_once(int *fd, struct sl_buf *buf, char *chunk, bool *truncated)
+{
+    ssize_t n = read(*fd, chunk, READ_CHUNK);
+    if (n > 0) {
+        size_t room = buf->max - buf->len;
+        size_t keep = (size_t)n < room ? (size_t)n : room;
+        if (keep && sl_buf_append(buf, chunk, keep) < 0)
+            keep = 0;
+        if (keep < (size_t)n)
+            *truncated = true;
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    close(*fd);
+    *fd = -1;
+}
+
+/* Kill the whole execution: sandloom-init through its pidfd (with a PID
+ * namespace the kernel then kills every process in it) and its process
+ * group, which at basic holds the command and its children. */
+static void kill_execution(const struct sl_spawn_proc *proc)
+{
+    (void)sl_pidfd_send_signal(proc->pidfd, SIGKILL);
+    (void)kill(-proc->pid, SIGKILL);
+}
+
+static int poll_ms(int64_t until_us)
+{
+    int64_t ms = (until_us - sl_mono_us() + 999) / 1000;
+    if (ms < 0)
+        return 0;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+/* Capture output until the process exited and both pipes reached EOF, or
+ * the deadline: then kill, keep draining for the grace period, stop. */
+static void supervise(struct sl_spawn_proc *proc, const struct sl_rt_exec_request *req,
+                      int64_t deadline_us, struct sl_rt_exec_result *res, char *chunk)
+{
+    int64_t grace_us = (req->grace_ms > MIN_GRACE_MS ? req->grace_ms : MIN_GRACE_MS) * 1000;
+    int64_t stop_us = deadline_us;
+    bool exited = false, killed = false;
+    for (;;) {
+        if (exited && proc->out_fd < 0 && proc->err_fd < 0)
+            return;
+        if (sl_mono_us() >= stop_us) {
+            if (killed) {
+                /* Something outside our reach still holds a pipe. */
+                if (proc->out_fd >= 0 || proc->err_fd >= 0)
+                    res->truncated = true;
+                return;
+            }
+            res->timed_out = true;
+            kill_execution(proc);
+            killed = true;
+            stop_us = sl_mono_us() + grace_us;
+            continue;
+        }
+        struct pollfd p[3];
+        int np = 0, iout = -1, ierr = -1, ipid = -1;
+        if (proc->out_fd >= 0) {
+            iout = np;
+            p[np++] = (struct pollfd){.fd = proc->out_fd, .events = POLLIN};
+        }
+        if (proc->err_fd >= 0) {
+            ierr = np;
+            p[np++] = (struct pollfd){.fd = proc->err_fd, .events = POLLIN};
+        }
+        if (!exited) {
+            ipid = np;
+            p[np++] = (struct pollfd){.fd = proc->pidfd, .events = POLLIN};
+        }
+        int r = poll(p, (nfds_t)np, poll_ms(stop_us));
+        if (r <= 0)
+            continue; /* timeout or EINTR: the deadline check above decides */
+        if (iout >= 0 && p[iout].revents)
+            drain_once(&proc->out_fd, &res->out, chunk, &res->truncated);
+        if (ierr >= 0 && p[ierr].revents)
+            drain_once(&proc->err_fd, &res->err, chunk, &res->truncated);
+        if (ipid >= 0 && p[ipid].revents) {
+            exited = true;
+            /* Nothing of an execution outlives its launcher: at basic this
+             * ends background jobs left in its process group. */
+            (void)kill(-proc->pid, SIGKILL);
+        }
+    }
+}
+
+static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_request *req,
+                  struct sl_rt_exec_result *res, struct sl_error *err)
+{
+    memset(res, 0, sizeof(*res));
+    sl_buf_init(&res->out, req->max_output_bytes);
+    sl_buf_init(&res->err, req->max_output_bytes);
+    if (!req->argv || !req->argv[0])
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
+    if (!req->cwd || req->cwd[0] != '/')
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
+    if (req->timeout_ms <= 0)
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+
+    size_t argc = 0;
+    while (req->argv[argc])
+        argc++;
+    _cleanup_free_ char **init_argv = calloc(argc + 5, sizeof(*init_argv));
+    _cleanup_free_ char *chunk = malloc(READ_CHUNK);
+    if (!init_argv || !chunk)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    init_argv[0] = (char *)"sandloom-init";
+    init_argv[1] = (char *)"--cwd";
+    init_argv[2] = (char *)req->cwd;
+    init_argv[3] = (char *)"--";
+    memcpy(init_argv + 4, req->argv, argc * sizeof(*init_argv));
+    static char *const no_env[] = {NULL};
+
+    int64_t start_us = sl_mono_us();
+    int64_t deadline_us = start_us + req->timeout_ms * 1000;
+    struct sl_spawn_request sreq = {
+        .sandbox_root = req->sandbox_root,
+        .uid = req->uid,
+        .pid_ns = level >= LEVEL_STANDARD,
+        .cgroup_ns = level >= LEVEL_STRICT,
+        .net_ns = rt->net_ns,
+        .argv = init_argv,
+        .envp = req->envp ? req->envp : no_env,
+        .deadline_us = deadline_us,
+    };
+    struct sl_spawn_proc proc;
+    if (sl_spawn_start(&rt->layout, &sreq, &proc, err) < 0)
+        return -1;
+    atomic_fetch_add(&rt->running, 1);
+    supervise(&proc, req, deadline_us, res, chunk);
+    siginfo_t si;
+    int rc = sl_spawn_reap(&proc, &si);
+    atomic_fetch_sub(&rt->running, 1);
+    res->duration_ms = (sl_mono_us() - start_us) / 1000;
+    if (rc < 0) {
+        sl_rt_exec_result_free(res);
+        return sl_error_errno(err, SL_E_RUNTIME, "lost the sandbox process");
+    }
+    res->exit_code = si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
+    return 0;
+}
+
+int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+               struct sl_rt_exec_result *res, struct sl_error *err)
+{
+    return rt_run(rt, rt->level, req, res, err);
+}
+
+int sl_rt_running(const struct sl_runtime *rt)
+{
+    return atomic_load(&rt->running);
+}
+
+const struct sl_rt_profile *sl_rt_profile(const struct sl_runtime *rt)
+{
+    return &rt->profile;
+}
+
+void sl_rt_close(struct sl_runtime *rt)
+{
+    if (!rt)
+        return;
+    sl_spawn_layout_free(&rt->layout);
+    free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Startup probe.                                                           */
+
+/* -1 = auto. */
+static int parse_level(const char *text, int *level)
+{
+    char buf[16];
+    size_t n = 0;
+    const char *p = text ? text : "auto";
+    while (isspace((unsigned char)*p))
+        p++;
+    while (*p && n < sizeof(buf) - 1)
+        buf[n++] = *p++;
+    while (n > 0 && isspace((unsigned char)buf[n - 1]))
+        n--;
+    buf[n] = '\0';
+    static const struct {
+        const char *name;
+        int level;
+    } names[] = {{"auto", -1}, {"", -1}, {"basic", LEVEL_BASIC}, {"1", LEVEL_BASIC},
+                 {"standard", LEVEL_STANDARD}, {"2", LEVEL_STANDARD}, {"strict", LEVEL_STRICT},
+                 {"3", LEVEL_STRICT}};
+    for (size_t i = 0; i < SL_ARRAY_LEN(names); i++)
+        if (strcasecmp(buf, names[i].name) == 0 && !*p) {
+            *level = names[i].level;
+            return 0;
+        }
+    return -1;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static void probe_dir_remove(const char *path)
+{
+    (void)nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+static int probe_dir_create(const char *probe_root, uid_t uid, char *path, size_t size,
+                            struct sl_error *err)
+{
+    char hex[33];
+    if (sl_random_hex(hex, 16) < 0)
+        return sl_error_errno(err, SL_E_CONFIG, "cannot draw randomness for the probe");
+    snprintf(path, size, "%s/.probe-%s", probe_root, hex);
+    if (mkdir(path, 0700) < 0)
+        return sl_error_errno(err, SL_E_CONFIG, "cannot create probe directory %s", path);
+    static const char *const subdirs[] = {"", "/workspace", "/home", "/cache", "/envs"};
+    for (size_t i = 0; i < SL_ARRAY_LEN(subdirs); i++) {
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof(sub), "%s%s", path, subdirs[i]);
+        if ((i > 0 && mkdir(sub, 0700) < 0) ||
+            fchownat(AT_FDCWD, sub, uid, uid, AT_SYMLINK_NOFOLLOW) < 0) {
+            sl_error_errno(err, SL_E_CONFIG, "cannot prepare probe directory %s", sub);
+            probe_dir_remove(path);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The last bytes of stderr, trimmed, as the failure detail. */
+static void stderr_tail(const struct sl_buf *b, char *out, size_t size)
+{
+    size_t start = 0, end = b->len;
+    while (end > 0 && isspace((unsigned char)b->data[end - 1]))
+        end--;
+    if (end > size - 1)
+        start = end - (size - 1);
+    while (start < end && isspace((unsigned char)b->data[start]))
+        start++;
+    if (start == end) {
+        snprintf(out, size, "probe failed");
+        return;
+    }
+    memcpy(out, b->data + start, end - start);
+    out[end - start] = '\0';
+}
+
+static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_t uid,
+                        char *detail, size_t size)
+{
+    char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)"true", NULL};
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"HOME=/home/sandbox",
+                    (char *)"LANG=C.UTF-8", NULL};
+    struct sl_rt_exec_request req = {
+        .sandbox_root = root, .uid = uid, .argv = argv, .cwd = "/workspace", .envp = envp,
+        .timeout_ms = PROBE_TIMEOUT_MS, .grace_ms = 1000, .max_output_bytes = 8192,
+    };
+    struct sl_rt_exec_result res;
+    struct sl_error e;
+    sl_error_clear(&e);
+    if (rt_run(rt, level, &req, &res, &e) < 0) {
+        snprintf(detail, size, "SandboxRuntimeError: %s", e.message);
+        return false;
+    }
+    bool ok = !res.timed_out && res.exit_code == 0;
+    if (res.timed_out)
+        snprintf(detail, size, "TimeoutError: the probe did not finish within %d s",
+                 PROBE_TIMEOUT_MS / 1000);
+    else if (!ok)
+        stderr_tail(&res.err, detail, size);
+    else
+        detail[0] = '\0';
+    sl_rt_exec_result_free(&res);
+    return ok;
+}
+
+int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct sl_error *err)
+{
+    *out = NULL;
+    int requested;
+    if (parse_level(opt->requested_level, &requested) < 0)
+        return sl_error_set(err, SL_E_CONFIG, 0, "invalid isolation level: %s",
+                            opt->requested_level);
+    if (!opt->probe_root || opt->probe_root[0] != '/')
+        return sl_error_set(err, SL_E_CONFIG, 0, "probe root must be an absolute path");
+    struct sl_runtime *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    atomic_init(&rt->running, 0);
+    rt->net_ns = opt->network_isolated;
+    if (sl_spawn_layout_init(opt, &rt->layout, err) < 0) {
+        free(rt);
+        return -1;
+    }
+
+    char probe_dir[PATH_MAX];
+    if (probe_dir_create(opt->probe_root, opt->probe_uid, probe_dir, sizeof(probe_dir), err) < 0)
+        goto fail;
+    struct sl_rt_profile *pr = &rt->profile;
+    int best = -1;
+    for (int level = LEVEL_STRICT; level >= LEVEL_BASIC; level--) {
+        pr->supported[level] = probe_level(rt, level, probe_dir, opt->probe_uid,
+                                           pr->probe_failure[level],
+                                           sizeof(pr->probe_failure[level]));
+        if (pr->supported[level] && best < 0)
+            best = level;
+    }
+    probe_dir_remove(probe_dir);
+
+    if (best < 0) {
+        sl_error_set(err, SL_E_CONFIG, 0,
+                     "no supported isolation level: strict=%s; standard=%s; basic=%s",
+                     pr->probe_failure[LEVEL_STRICT], pr->probe_failure[LEVEL_STANDARD],
+                     pr->probe_failure[LEVEL_BASIC]);
+        goto fail;
+    }
+    if (requested >= 0 && !pr->supported[requested]) {
+        sl_error_set(err, SL_E_CONFIG, 0, "requested isolation level '%s' is unavailable: %s",
+                     level_names[requested], pr->probe_failure[requested]);
+        goto fail;
+    }
+    rt->level = requested >= 0 ? requested : best;
+    snprintf(pr->selected_level, sizeof(pr->selected_level), "%s", level_names[rt->level]);
+    snprintf(pr->max_supported_level, sizeof(pr->max_supported_level), "%s", level_names[best]);
+    pr->pid_namespace = rt->level >= LEVEL_STANDARD;
+    pr->cgroup_namespace = rt->level >= LEVEL_STRICT;
+    pr->network_isolated = rt->net_ns;
+    *out = rt;
+    return 0;
+fail:
+    sl_rt_close(rt);
+    return -1;
+}

@@ -1,0 +1,82 @@
+/* The native sandbox runtime: turns a profile and a sandbox's directories
+ * into an isolated process (spec RUNTIME.md §4, DESIGN.md §3).
+ *
+ * It knows nothing of HTTP, SQL or tenants. Lifecycle: sl_rt_open() once at
+ * startup (opens sandloom-init, probes the levels the host supports with
+ * real launches and selects one); sl_rt_exec() from any thread, any number of
+ * times concurrently; sl_rt_close() at shutdown. The runtime owns its
+ * descriptors and the probe result; callers own requests and results.
+ *
+ * One execution = one fresh sandbox: clone3 into new user, mount, IPC, UTS
+ * (+PID, +cgroup, +net) namespaces; the parent writes the uid/gid maps
+ * (uid 0 inside = the sandbox's host uid); the child builds the mount tree,
+ * pivot_roots into it, drops every capability, sets no_new_privs and the
+ * rlimits, and execs sandloom-init, which becomes PID 1, changes to cwd and
+ * runs the command. The pre-exec child code lives in spawn.c only and calls
+ * nothing but async-signal-safe syscalls. */
+#ifndef SL_RUNTIME_RUNTIME_H
+#define SL_RUNTIME_RUNTIME_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+#include "common/util.h"
+
+struct sl_rt_options {
+    const char *init_path;                     /* sandloom-init binary (static) */
+    const struct sl_strlist *readonly_mounts;  /* host trees bound read-only at the same path */
+    const char *python_prefix;                 /* host prefix whose bin/python3 serves
+                                                  /opt/agent-sandbox/python-runtime; e.g. "/usr" */
+    int64_t tmpfs_bytes;                       /* size of /tmp */
+    int64_t cpu_seconds, max_processes, max_open_files, max_file_size_bytes; /* rlimits */
+    bool network_isolated;                     /* SANDBOX_NETWORK_MODE=isolated */
+    const char *requested_level;               /* auto|basic|standard|strict|1|2|3 */
+    const char *probe_root;                    /* dir for the probe sandbox (created, removed) */
+    uid_t probe_uid;                           /* SANDBOX_UID_START */
+};
+
+/* What the startup probe found and selected. */
+struct sl_rt_profile {
+    char selected_level[16];      /* basic | standard | strict */
+    char max_supported_level[16];
+    bool supported[3];            /* basic, standard, strict */
+    char probe_failure[3][512];   /* detail per failed level, "" if passed */
+    bool pid_namespace, cgroup_namespace, network_isolated;
+};
+
+struct sl_rt_exec_request {
+    const char *sandbox_root;   /* host path <workspace_root>/<sandbox_id> */
+    uid_t uid;                  /* sandbox host uid (gid is the same number) */
+    char *const *argv;          /* NULL-terminated, argv[0] looked up in the sandbox PATH */
+    const char *cwd;            /* inside the sandbox, e.g. /workspace */
+    char *const *envp;          /* full managed environment, NULL-terminated */
+    int64_t timeout_ms;         /* deadline for exit and output drain */
+    int64_t grace_ms;           /* SIGTERM -> SIGKILL grace */
+    size_t max_output_bytes;    /* kept per stream; the rest is drained */
+};
+
+struct sl_rt_exec_result {
+    int exit_code;         /* normal exit code; 128+N when the command died of signal N;
+                              -N when the sandbox launcher itself was killed (timeout) */
+    bool timed_out;
+    bool truncated;
+    struct sl_buf out, err; /* captured bytes (not NUL-safe text; caller decodes) */
+    int64_t duration_ms;
+};
+void sl_rt_exec_result_free(struct sl_rt_exec_result *r);
+
+struct sl_runtime;
+
+int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct sl_error *err);
+const struct sl_rt_profile *sl_rt_profile(const struct sl_runtime *rt);
+/* Run one command. Returns 0 when the command ran (whatever its exit code),
+ * -1 when the sandbox could not be started (err says why). */
+int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+               struct sl_rt_exec_result *res, struct sl_error *err);
+/* Number of sandbox processes currently running through this runtime. */
+int sl_rt_running(const struct sl_runtime *rt);
+void sl_rt_close(struct sl_runtime *rt);
+
+#endif

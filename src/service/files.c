@@ -1,0 +1,153 @@
+/* The File API on the owner (spec API.md §3.12, §5): fence, runtime lookup,
+ * then one safe operation of workspace/files.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/base64.h"
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "service/internal.h"
+#include "workspace/files.h"
+
+/* Fence + owner + live lookup; on success returns the sandbox root fd and
+ * fills *target. */
+static int file_prepare(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                        struct sl_ws_target *target, struct sl_error *err)
+{
+    struct sl_route route = {0};
+    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
+        return -1;
+    int rc = svc_require_local_owner(svc, &route, err);
+    sl_route_clear(&route);
+    if (rc < 0)
+        return -1;
+    uid_t uid;
+    if (svc_live_lookup(svc, sandbox_id, generation, &uid, err) < 0)
+        return -1;
+    int fd = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, err);
+    if (fd < 0)
+        return -1;
+    target->root_fd = fd;
+    target->uid = uid;
+    target->max_file_bytes = svc->cfg->max_file_api_bytes;
+    return fd;
+}
+
+static void file_done(struct sl_service *svc, const char *sandbox_id, int64_t generation)
+{
+    svc_live_touch(svc, sandbox_id);
+    svc_route_touch(svc, sandbox_id, generation);
+}
+
+/* A JSON string of the path as the client sent it (the API echoes paths
+ * back; a path is not a secret, unlike validation inputs). */
+static json_t *path_json(struct sl_file_path p) { return json_stringn(p.s, p.len); }
+
+json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          struct sl_file_path path, const char *b64, size_t b64_len,
+                          struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0)
+        return NULL;
+    struct sl_buf data;
+    sl_buf_init(&data, (size_t)t.max_file_bytes);
+    if (sl_base64_decode_strict(b64, b64_len, &data, (size_t)t.max_file_bytes, err) < 0) {
+        sl_buf_free(&data);
+        return NULL;
+    }
+    int rc = ws_file_write(&t, path.s, path.len, data.data ? data.data : "", data.len, err);
+    sl_buf_free(&data);
+    if (rc < 0)
+        return NULL;
+    file_done(svc, sandbox_id, generation);
+    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+}
+
+json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0)
+        return NULL;
+    struct sl_buf data;
+    sl_buf_init(&data, (size_t)t.max_file_bytes);
+    if (ws_file_read(&t, path.s, path.len, &data, err) < 0) {
+        sl_buf_free(&data);
+        return NULL;
+    }
+    _cleanup_free_ char *encoded = sl_base64_encode(data.data ? data.data : "", data.len);
+    sl_buf_free(&data);
+    if (!encoded) {
+        sl_error_set(err, SL_E_INTERNAL, 0, "out of memory");
+        return NULL;
+    }
+    file_done(svc, sandbox_id, generation);
+    return json_pack("{s:o,s:s}", "path", path_json(path), "content_base64", encoded);
+}
+
+json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, int64_t limit, int64_t offset,
+                         struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0)
+        return NULL;
+    if (limit > svc->cfg->max_list_entries)
+        limit = svc->cfg->max_list_entries;
+    struct sl_ws_listing l = {0};
+    if (ws_file_list(&t, path.s, path.len, limit, offset, &l, err) < 0)
+        return NULL;
+    json_t *entries = json_array();
+    for (size_t i = 0; i < l.n; i++) {
+        const struct sl_ws_entry *e = &l.entries[i];
+        json_array_append_new(entries,
+                              json_pack("{s:s,s:s,s:s,s:I,s:f,s:i}", "name", e->name, "path",
+                                        e->path, "type", e->type, "size_bytes",
+                                        (json_int_t)e->size_bytes, "modified_at", e->modified_at,
+                                        "mode", e->mode));
+    }
+    json_t *answer = json_pack("{s:o,s:o,s:I,s:b}", "path", path_json(path), "entries", entries,
+                               "total", (json_int_t)l.total, "has_more", l.has_more);
+    sl_ws_listing_free(&l);
+    file_done(svc, sandbox_id, generation);
+    return answer;
+}
+
+json_t *sl_svc_file_mkdir(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          struct sl_file_path path, bool parents, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0 || ws_file_mkdir(&t, path.s, path.len, parents, err) < 0)
+        return NULL;
+    file_done(svc, sandbox_id, generation);
+    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+}
+
+json_t *sl_svc_file_delete(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           struct sl_file_path path, bool recursive, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0 || ws_file_delete(&t, path.s, path.len, recursive, err) < 0)
+        return NULL;
+    file_done(svc, sandbox_id, generation);
+    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+}
+
+json_t *sl_svc_file_move(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path src, struct sl_file_path dst, bool overwrite,
+                         struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    if (fd < 0 || ws_file_move(&t, src.s, src.len, dst.s, dst.len, overwrite, err) < 0)
+        return NULL;
+    file_done(svc, sandbox_id, generation);
+    return json_pack("{s:s,s:o,s:o}", "status", "ok", "source", path_json(src), "destination",
+                     path_json(dst));
+}

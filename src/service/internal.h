@@ -1,0 +1,82 @@
+/* Private to service/: the service struct and helpers shared by its files. */
+#ifndef SL_SERVICE_INTERNAL_H
+#define SL_SERVICE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/types.h>
+
+#include "config/config.h"
+#include "registry/registry.h"
+#include "runtime/runtime.h"
+#include "service/service.h"
+#include "store/store.h"
+#include "workspace/layout.h"
+
+/* A sandbox live on this worker process (the runtime table of API.md §2.2
+ * rule 4): created by connect, removed by release. */
+struct sl_live {
+    char *sandbox_id;
+    int64_t generation;
+    uid_t uid;
+    bool destroying;
+    int64_t last_activity_us;
+};
+
+struct sl_service {
+    const struct sl_config *cfg;
+    struct sl_store *store;
+    struct sl_registry *registry;
+    struct sl_runtime *runtime;
+
+    /* Sized like the registry entry and the SQL columns they end up in. */
+    char worker_id[129];
+    char worker_epoch[33];
+    char endpoint[513];
+    char profile_hash[192]; /* effective hash (RUNTIME.md §3.2) */
+    json_t *capabilities;   /* RUNTIME.md §8 document, built once at open */
+
+    pthread_mutex_t live_lock; /* guards live[] */
+    struct sl_live *live;
+    size_t live_n, live_cap;
+
+    atomic_uint proxy_counter;
+    atomic_int running_execs;
+
+    /* heartbeat / maintenance */
+    pthread_t loop_thread;
+    bool loop_started;
+    pthread_mutex_t loop_lock;
+    pthread_cond_t loop_cond;
+    bool stopping;
+    atomic_llong last_heartbeat_mono_us; /* 0 = never */
+    struct sl_disk_status disk;          /* guarded by loop_lock */
+};
+
+/* Control-plane fence (API.md §2.2 rule 2 + §10.1 steps 1–2): the route must
+ * exist at `generation`, be awake, and its owner be live with the route's
+ * epoch. On success *route is filled (caller clears it). */
+int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+              struct sl_route *route, struct sl_error *err);
+/* The owner is this process (after svc_fence). Otherwise the request would be
+ * forwarded; this build answers SANDBOX_WORKER_UNREACHABLE. */
+int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
+                            struct sl_error *err);
+/* Runtime lookup: live here at that generation, not being destroyed. */
+int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    uid_t *uid, struct sl_error *err);
+int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      uid_t uid);
+/* Mark destroying (new calls get SANDBOX_RELEASING); returns whether it was live. */
+bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id);
+void svc_live_remove(struct sl_service *svc, const char *sandbox_id);
+void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
+int svc_live_count(struct sl_service *svc);
+/* Refresh last_active_at/updated_at after a successful forwarded call
+ * (§10.1 step 5); failures are logged, not raised. */
+void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
+
+void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
+json_t *svc_disk_json(const struct sl_disk_status *d);
+
+#endif

@@ -1,0 +1,603 @@
+/* Route lifecycle: resolve, route record, audit, connect, release
+ * (spec API.md §2, §3.5–§3.8, §3.14). Every transition is a compare-and-set
+ * on (sandbox_id, generation, status) in the store. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "service/history.h"
+#include "service/internal.h"
+#include "workspace/files.h"
+
+#define RESOLVE_ATTEMPTS 3
+#define UID_ATTEMPTS 50
+
+static bool status_is(const struct sl_route *r, const char *s) { return strcmp(r->status, s) == 0; }
+static bool is_dormant(const struct sl_route *r)
+{
+    return status_is(r, "SUSPENDING") || status_is(r, "SUSPENDED");
+}
+
+static char *actor_for_scope(const char *scope)
+{
+    char *s = NULL;
+    if (asprintf(&s, "workspace:%s", scope) < 0)
+        return NULL;
+    return s;
+}
+
+static int replace_str(char **dst, const char *src)
+{
+    char *copy = NULL;
+    if (src && !(copy = strdup(src)))
+        return -1;
+    free(*dst);
+    *dst = copy;
+    return 0;
+}
+
+/* ---- fencing ----------------------------------------------------------- */
+
+int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+              struct sl_route *route, struct sl_error *err)
+{
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, route, err);
+    if (found < 0)
+        return -1;
+    if (!found || route->generation != generation || status_is(route, "RELEASED") ||
+        status_is(route, "RELEASING")) {
+        sl_route_clear(route);
+        return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+    }
+    if (is_dormant(route)) {
+        sl_route_clear(route);
+        return sl_error_set(err, SL_E_SUSPENDED, 0, "SANDBOX_SUSPENDED");
+    }
+    struct sl_worker_entry owner;
+    int live = route->worker_id ? svc->registry->ops->get(svc->registry, route->worker_id,
+                                                          &owner, err)
+                                : 0;
+    if (live < 0) {
+        sl_route_clear(route);
+        return -1;
+    }
+    if (!live || !route->worker_epoch || strcmp(owner.worker_epoch, route->worker_epoch) != 0) {
+        sl_route_clear(route);
+        return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+    }
+    return 0;
+}
+
+int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
+                            struct sl_error *err)
+{
+    /* The owner's own fence (§9.1 + §4.1 step 1): the route names this
+     * worker id and this process's epoch. */
+    if (route->worker_id && strcmp(route->worker_id, svc->worker_id) == 0) {
+        if (!route->worker_epoch || strcmp(route->worker_epoch, svc->worker_epoch) != 0)
+            return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        return 0;
+    }
+    return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+}
+
+void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation)
+{
+    struct sl_error err = {0};
+    struct sl_route r = {0};
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (svc->store->ops->route_get(svc->store, sandbox_id, &r, &err) != 1)
+            break;
+        if (r.generation != generation ||
+            !(status_is(&r, "ASSIGNED") || status_is(&r, "READY") || status_is(&r, "RUNNING"))) {
+            break;
+        }
+        char status[16];
+        snprintf(status, sizeof(status), "%s", r.status);
+        const char *expect[] = {status, NULL};
+        r.last_active_at = r.updated_at = sl_now_us();
+        int rc = svc->store->ops->route_cas(svc->store, &r, generation, expect, &err);
+        sl_route_clear(&r);
+        if (rc != 0)
+            break;
+    }
+    sl_route_clear(&r);
+    if (err.code)
+        sl_warn("route %s: activity refresh failed: %s", sandbox_id, sl_error_text(&err));
+}
+
+/* ---- placement (FLEET.md §4) ------------------------------------------- */
+
+static int place(struct sl_service *svc, struct sl_worker_entry *out, struct sl_error *err)
+{
+    struct sl_worker_entry *list = NULL;
+    size_t n = 0;
+    if (svc->registry->ops->list(svc->registry, 4096, &list, &n, NULL, NULL, err) < 0)
+        return -1;
+    int best = -1;
+    double best_load = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct sl_worker_entry *w = &list[i];
+        if (strcmp(w->status, "ACTIVE") != 0 || strcmp(w->profile_hash, svc->profile_hash) != 0 ||
+            w->running_sessions >= w->capacity)
+            continue;
+        double load = (double)w->running_sessions / (double)(w->capacity > 1 ? w->capacity : 1);
+        if (best < 0 || load < best_load) {
+            best = (int)i;
+            best_load = load;
+        }
+    }
+    if (best >= 0)
+        *out = list[best];
+    free(list);
+    if (best < 0)
+        return sl_error_set(err, SL_E_NO_WORKER, 0, "NO_SANDBOX_WORKER_AVAILABLE");
+    return 0;
+}
+
+/* ---- JSON views ------------------------------------------------------------ */
+
+static json_t *resolve_view(const struct sl_route *r, const struct sl_worker_entry *owner)
+{
+    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s}", "sandbox_id", r->sandbox_id,
+                     "worker_id", owner->worker_id, "worker_epoch", owner->worker_epoch,
+                     "worker_endpoint", owner->endpoint, "generation", (json_int_t)r->generation,
+                     "sandbox_uid", (json_int_t)r->sandbox_uid, "status", r->status,
+                     "storage_mode", r->storage_mode);
+}
+
+static json_t *route_view(const struct sl_route *r)
+{
+    int64_t now = sl_now_us();
+    json_t *o = json_object();
+    json_object_set_new(o, "sandbox_id", json_string(r->sandbox_id));
+    json_object_set_new(o, "workspace_scope_id", json_string(r->workspace_scope_id));
+    json_object_set_new(o, "worker_id", sl_json_str_or_null(r->worker_id));
+    json_object_set_new(o, "worker_epoch", sl_json_str_or_null(r->worker_epoch));
+    json_object_set_new(o, "generation", json_integer(r->generation));
+    json_object_set_new(o, "sandbox_uid", json_integer(r->sandbox_uid));
+    json_object_set_new(o, "profile_id", json_string(r->profile_id));
+    json_object_set_new(o, "profile_hash", json_string(r->profile_hash));
+    json_object_set_new(o, "status", json_string(r->status));
+    json_object_set_new(o, "storage_mode", json_string(r->storage_mode));
+    json_object_set_new(o, "last_active_at", sl_json_ts(r->last_active_at, ""));
+    json_object_set_new(o, "created_at", sl_json_ts(r->created_at, ""));
+    json_object_set_new(o, "updated_at", sl_json_ts(r->updated_at, ""));
+    json_object_set_new(o, "generation_started_at",
+                        sl_json_ts(r->generation_started_at ? r->generation_started_at
+                                                            : r->created_at,
+                                   ""));
+    if (r->generation_created_by) {
+        json_object_set_new(o, "generation_created_by", json_string(r->generation_created_by));
+    } else {
+        char *actor = actor_for_scope(r->workspace_scope_id);
+        json_object_set_new(o, "generation_created_by", sl_json_str_or_null(actor));
+        free(actor);
+    }
+    json_object_set_new(o, "ready_at", sl_json_ts(r->ready_at, ""));
+    json_object_set_new(o, "last_released_generation",
+                        sl_json_int_or_null(r->last_released_generation,
+                                            r->last_released_generation == 0));
+    json_object_set_new(o, "last_released_at", sl_json_ts(r->last_released_at, ""));
+    json_object_set_new(o, "last_release_reason", sl_json_str_or_null(r->last_release_reason));
+    json_object_set_new(o, "last_released_by", sl_json_str_or_null(r->last_released_by));
+    json_object_set_new(o, "last_lifetime_ms",
+                        sl_json_int_or_null(r->last_lifetime_ms, r->last_lifetime_ms < 0));
+    json_object_set_new(o, "lifecycle_count",
+                        json_integer(r->lifecycle_count ? r->lifecycle_count : 1));
+    json_object_set_new(o, "total_lifetime_ms", json_integer(r->total_lifetime_ms));
+    json_object_set_new(o, "lifecycle_history",
+                        sl_history_bounded(r->lifecycle_history_json, now));
+    return o;
+}
+
+static json_t *audit_view(const struct sl_route *r)
+{
+    int64_t now = sl_now_us();
+    json_t *o = json_object();
+    json_object_set_new(o, "sandbox_id", json_string(r->sandbox_id));
+    json_object_set_new(o, "workspace_scope_id", json_string(r->workspace_scope_id));
+    json_object_set_new(o, "generation", json_integer(r->generation));
+    json_object_set_new(o, "status", json_string(r->status));
+    json_object_set_new(o, "first_created_at", sl_json_ts(r->created_at, "Z"));
+    json_object_set_new(o, "generation_started_at", sl_json_ts(r->generation_started_at, "Z"));
+    json_object_set_new(o, "generation_created_by", sl_json_str_or_null(r->generation_created_by));
+    json_object_set_new(o, "ready_at", sl_json_ts(r->ready_at, "Z"));
+    json_object_set_new(o, "last_active_at", sl_json_ts(r->last_active_at, "Z"));
+    if (status_is(r, "RELEASED")) {
+        json_object_set_new(o, "active_duration_ms", json_null());
+    } else {
+        int64_t from = r->ready_at       ? r->ready_at
+                       : r->generation_started_at ? r->generation_started_at
+                                                  : r->created_at;
+        int64_t ms = from && now > from ? (now - from) / 1000 : 0;
+        json_object_set_new(o, "active_duration_ms", json_integer(ms));
+    }
+    json_object_set_new(o, "last_released_generation",
+                        sl_json_int_or_null(r->last_released_generation,
+                                            r->last_released_generation == 0));
+    json_object_set_new(o, "last_released_at", sl_json_ts(r->last_released_at, "Z"));
+    json_object_set_new(o, "last_release_reason", sl_json_str_or_null(r->last_release_reason));
+    json_object_set_new(o, "last_released_by", sl_json_str_or_null(r->last_released_by));
+    json_object_set_new(o, "last_lifetime_ms",
+                        sl_json_int_or_null(r->last_lifetime_ms, r->last_lifetime_ms < 0));
+    json_object_set_new(o, "lifecycle_count",
+                        json_integer(r->lifecycle_count ? r->lifecycle_count : 1));
+    json_object_set_new(o, "total_lifetime_ms", json_integer(r->total_lifetime_ms));
+    json_object_set_new(o, "history_retention_days", json_integer(SL_HISTORY_RETENTION_DAYS));
+    json_object_set_new(o, "history_max_entries", json_integer(SL_HISTORY_MAX_ENTRIES));
+    json_object_set_new(o, "history_max_bytes", json_integer(SL_HISTORY_MAX_BYTES));
+    json_object_set_new(o, "history", sl_history_bounded(r->lifecycle_history_json, now));
+    return o;
+}
+
+json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found <= 0) {
+        if (found == 0)
+            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
+        return NULL;
+    }
+    json_t *view = route_view(&r);
+    sl_route_clear(&r);
+    return view;
+}
+
+json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found <= 0) {
+        if (found == 0)
+            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
+        return NULL;
+    }
+    json_t *view = audit_view(&r);
+    sl_route_clear(&r);
+    return view;
+}
+
+/* ---- release bookkeeping ------------------------------------------------- */
+
+/* Close the current generation in *r: history entry, last_released_*,
+ * lifetime totals. Used by release and by reassignment of a live route. */
+static int close_generation(struct sl_route *r, const char *reason, const char *actor,
+                            int64_t now)
+{
+    int64_t lifetime =
+        sl_history_lifetime_ms(now, r->ready_at, r->generation_started_at, r->created_at);
+    struct sl_history_entry e = {
+        .generation = r->generation,
+        .started_at = r->generation_started_at ? r->generation_started_at : r->created_at,
+        .created_by = r->generation_created_by,
+        .ready_at = r->ready_at,
+        .released_at = now,
+        .release_reason = reason,
+        .released_by = actor,
+        .lifetime_ms = lifetime,
+    };
+    char *history = sl_history_append(r->lifecycle_history_json, &e, now);
+    if (!history)
+        return -1;
+    free(r->lifecycle_history_json);
+    r->lifecycle_history_json = history;
+    r->last_released_generation = r->generation;
+    r->last_released_at = now;
+    r->last_lifetime_ms = lifetime;
+    r->total_lifetime_ms += lifetime;
+    if (replace_str(&r->last_release_reason, reason) < 0 ||
+        replace_str(&r->last_released_by, actor) < 0)
+        return -1;
+    return 0;
+}
+
+/* Reassign *cur to `target` (generation+1, ASSIGNED). A route that was not
+ * RELEASED closes its generation in the history first. 1 = done, 0 = lost
+ * the compare-and-set (caller re-reads), -1 = error. */
+static int route_reassign(struct sl_service *svc, const struct sl_route *cur,
+                          const struct sl_worker_entry *target, const char *reason,
+                          const char *scope, struct sl_error *err)
+{
+    int64_t now = sl_now_us();
+    struct sl_route next = {0};
+    if (sl_route_copy(&next, cur) < 0)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    bool was_released = status_is(cur, "RELEASED");
+    int rc = -1;
+    _cleanup_free_ char *actor = actor_for_scope(scope);
+    if (!actor)
+        goto out;
+    if (!was_released && close_generation(&next, reason, "system:route-reassign", now) < 0)
+        goto oom;
+    next.generation = cur->generation + 1;
+    snprintf(next.status, sizeof(next.status), "ASSIGNED");
+    if (replace_str(&next.worker_id, target->worker_id) < 0 ||
+        replace_str(&next.worker_epoch, target->worker_epoch) < 0 ||
+        replace_str(&next.profile_hash, svc->profile_hash) < 0 ||
+        replace_str(&next.generation_created_by, actor) < 0 ||
+        replace_str(&next.active_exec_id, NULL) < 0)
+        goto oom;
+    next.generation_started_at = now;
+    next.ready_at = 0;
+    next.lifecycle_count = (cur->lifecycle_count ? cur->lifecycle_count : 1) + 1;
+    next.last_active_at = now;
+    next.updated_at = now;
+    char status[16];
+    snprintf(status, sizeof(status), "%s", cur->status);
+    const char *expect[] = {status, NULL};
+    rc = svc->store->ops->route_cas(svc->store, &next, cur->generation, expect, err);
+    if (rc == 1 && !was_released) {
+        struct sl_error ignored = {0};
+        svc->store->ops->exec_mark_running(svc->store, cur->sandbox_id, cur->generation,
+                                           "WORKER_LOST", now, &ignored);
+    }
+    goto out;
+oom:
+    rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+out:
+    sl_route_clear(&next);
+    return rc;
+}
+
+static int insert_new_route(struct sl_service *svc, const char *sandbox_id, const char *scope,
+                            const struct sl_worker_entry *target, struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    int64_t now = sl_now_us();
+    _cleanup_free_ char *actor = actor_for_scope(scope);
+    struct sl_route r = {
+        .sandbox_id = (char *)sandbox_id,
+        .workspace_scope_id = (char *)scope,
+        .worker_id = (char *)target->worker_id,
+        .worker_epoch = (char *)target->worker_epoch,
+        .generation = 1,
+        .profile_id = cfg->profile_id,
+        .profile_hash = svc->profile_hash,
+        .last_active_at = now,
+        .generation_started_at = now,
+        .generation_created_by = actor,
+        .last_lifetime_ms = -1,
+        .lifecycle_count = 1,
+        .created_at = now,
+        .updated_at = now,
+    };
+    snprintf(r.status, sizeof(r.status), "ASSIGNED");
+    snprintf(r.storage_mode, sizeof(r.storage_mode), "%s", cfg->shared_root ? "shared" : "local");
+    for (int attempt = 0; attempt < UID_ATTEMPTS; attempt++) {
+        int64_t uid;
+        if (sl_random_range(cfg->uid_start, cfg->uid_end, &uid) < 0)
+            return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
+        r.sandbox_uid = uid;
+        int rc = svc->store->ops->route_insert(svc->store, &r, err);
+        if (rc != -2)
+            return rc; /* 1 inserted, 0 someone else inserted the id, -1 error */
+    }
+    return sl_error_set(err, SL_E_UID_POOL_EXHAUSTED, 0, "Sandbox UID pool is exhausted");
+}
+
+json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,
+                       const char *profile, struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    if (strcmp(profile, cfg->profile_id) != 0) {
+        sl_error_set(err, SL_E_PROFILE_UNAVAILABLE, 0, "SANDBOX_PROFILE_UNAVAILABLE");
+        return NULL;
+    }
+    if (ws_sandbox_id_check(sandbox_id, err) < 0)
+        return NULL;
+    for (int attempt = 0; attempt < RESOLVE_ATTEMPTS; attempt++) {
+        struct sl_route r = {0};
+        struct sl_worker_entry owner;
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return NULL;
+        if (!found) {
+            if (place(svc, &owner, err) < 0)
+                return NULL;
+            if (insert_new_route(svc, sandbox_id, scope, &owner, err) < 0)
+                return NULL;
+            continue; /* re-read: ours or the concurrent winner's row */
+        }
+        json_t *answer = NULL;
+        int rc = 1;
+        if (strcmp(r.workspace_scope_id, scope) != 0) {
+            sl_error_set(err, SL_E_SCOPE_MISMATCH, 0, "SANDBOX_SCOPE_MISMATCH");
+        } else if (strcmp(r.profile_id, profile) != 0) {
+            sl_error_set(err, SL_E_PROFILE_MISMATCH, 0, "SANDBOX_PROFILE_MISMATCH");
+        } else if (is_dormant(&r)) {
+            /* Suspend/resume arrives with its own issue; no route of this
+             * build can be dormant unless another build made it so. */
+            sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+        } else if (strcmp(r.profile_hash, svc->profile_hash) != 0) {
+            rc = place(svc, &owner, err) < 0
+                     ? -1
+                     : route_reassign(svc, &r, &owner, "PROFILE_UPGRADE", scope, err);
+        } else if (status_is(&r, "RELEASED")) {
+            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner,
+                                                             err)
+                                   : 0;
+            if (live < 0 || (!live && place(svc, &owner, err) < 0))
+                rc = -1;
+            else
+                rc = route_reassign(svc, &r, &owner, "CLIENT_RELEASE", scope, err);
+        } else {
+            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner,
+                                                             err)
+                                   : 0;
+            if (live < 0) {
+                rc = -1;
+            } else if (live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0) {
+                answer = resolve_view(&r, &owner);
+            } else if (!live && place(svc, &owner, err) < 0) {
+                rc = -1;
+            } else {
+                rc = route_reassign(svc, &r, &owner, "WORKER_REASSIGNED", scope, err);
+            }
+        }
+        sl_route_clear(&r);
+        if (answer)
+            return answer;
+        if (rc < 0 || err->code)
+            return NULL;
+        /* rc == 1 reassigned or 0 lost a race: re-read and answer. */
+    }
+    sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
+    return NULL;
+}
+
+/* ---- connect (create on the owner) ------------------------------------- */
+
+json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                       struct sl_error *err)
+{
+    struct sl_route r = {0};
+    if (svc_fence(svc, sandbox_id, generation, &r, err) < 0)
+        return NULL;
+    json_t *answer = NULL;
+    if (svc_require_local_owner(svc, &r, err) < 0)
+        goto out;
+    if (strcmp(r.profile_id, svc->cfg->profile_id) != 0) {
+        sl_error_set(err, SL_E_PROFILE_UNAVAILABLE, 0, "SANDBOX_PROFILE_UNAVAILABLE");
+        goto out;
+    }
+    struct sl_disk_status disk;
+    svc_disk_status(svc, &disk);
+    if (ws_sandbox_create(svc->cfg->workspace_root, sandbox_id, (uid_t)r.sandbox_uid,
+                          disk.available, err) < 0)
+        goto out;
+    if (svc_live_register(svc, sandbox_id, r.generation, (uid_t)r.sandbox_uid) < 0) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        goto out;
+    }
+    if (status_is(&r, "RUNNING")) {
+        sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        goto out;
+    }
+    int64_t now = sl_now_us();
+    if (!r.ready_at)
+        r.ready_at = now;
+    snprintf(r.status, sizeof(r.status), "READY");
+    r.last_active_at = r.updated_at = now;
+    const char *expect[] = {"ASSIGNED", "READY", NULL};
+    int rc = svc->store->ops->route_cas(svc->store, &r, generation, expect, err);
+    if (rc < 0)
+        goto out;
+    if (rc == 0) {
+        sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        goto out;
+    }
+    answer = json_pack("{s:s,s:I,s:I,s:s}", "sandbox_id", sandbox_id, "generation",
+                       (json_int_t)generation, "uid", (json_int_t)r.sandbox_uid, "status", "READY");
+out:
+    sl_route_clear(&r);
+    return answer;
+}
+
+/* ---- release -------------------------------------------------------------- */
+
+/* The owner's destroy (RUNTIME.md §9): refuse new calls, drain in-flight
+ * file calls and executions through the global lock, forget the live entry,
+ * move the root into the trash. */
+static int worker_destroy(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    svc_live_mark_destroying(svc, sandbox_id);
+    struct sl_error ignored = {0};
+    _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, &ignored);
+    _cleanup_close_ int lockfd = -1;
+    if (rootfd >= 0)
+        lockfd = ws_lock_global(rootfd, true, true, SL_E_RELEASING, &ignored);
+    svc_live_remove(svc, sandbox_id);
+    if (ws_sandbox_trash(svc->cfg->workspace_root, sandbox_id, err) < 0)
+        return sl_error_wrap(err, "destroy %s", sandbox_id);
+    return 0;
+}
+
+json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found < 0)
+        return NULL;
+    if (!found || status_is(&r, "RELEASED")) {
+        sl_route_clear(&r);
+        return json_pack("{s:s}", "status", "RELEASED");
+    }
+    json_t *answer = NULL;
+    _cleanup_free_ char *actor = NULL;
+    int64_t now = sl_now_us();
+    int64_t gen = r.generation;
+    if (status_is(&r, "RUNNING")) {
+        sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
+        goto out;
+    }
+    if (!status_is(&r, "RELEASING")) {
+        snprintf(r.status, sizeof(r.status), "RELEASING");
+        r.last_active_at = r.updated_at = now;
+        const char *claimable[] = {"ASSIGNED", "READY", "SUSPENDING", "SUSPENDED", NULL};
+        int rc = svc->store->ops->route_cas(svc->store, &r, gen, claimable, err);
+        if (rc < 0)
+            goto out;
+        if (rc == 0) {
+            struct sl_route now_r = {0};
+            int again = svc->store->ops->route_get(svc->store, sandbox_id, &now_r, err);
+            bool running = again == 1 && status_is(&now_r, "RUNNING");
+            sl_route_clear(&now_r);
+            sl_error_set(err, running ? SL_E_BUSY_OR_STALE : SL_E_STALE_GENERATION, 0, "%s",
+                         running ? SL_E_BUSY_OR_STALE : SL_E_STALE_GENERATION);
+            goto out;
+        }
+    }
+
+    /* Destroy on the owner. Live with the same epoch => it is this process
+     * in this build (a peer would be called over /internal/v1). Owner gone:
+     * destroy locally when storage is shared or we are the recorded owner. */
+    struct sl_worker_entry owner;
+    int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner, err) : 0;
+    if (live < 0)
+        goto out;
+    bool owner_is_us = r.worker_id && strcmp(r.worker_id, svc->worker_id) == 0;
+    if (live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0) {
+        if (!owner_is_us) {
+            sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+            goto out;
+        }
+        if (worker_destroy(svc, sandbox_id, err) < 0)
+            goto out;
+    } else if (svc->cfg->shared_root || owner_is_us) {
+        if (worker_destroy(svc, sandbox_id, err) < 0)
+            goto out;
+    }
+
+    /* RELEASING -> RELEASED, generation + 1. */
+    actor = actor_for_scope(r.workspace_scope_id);
+    now = sl_now_us();
+    if (!actor || close_generation(&r, "CLIENT_RELEASE", actor, now) < 0) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        goto out;
+    }
+    snprintf(r.status, sizeof(r.status), "RELEASED");
+    r.generation = gen + 1;
+    replace_str(&r.active_exec_id, NULL);
+    r.last_active_at = r.updated_at = now;
+    const char *releasing[] = {"RELEASING", NULL};
+    int rc = svc->store->ops->route_cas(svc->store, &r, gen, releasing, err);
+    if (rc < 0)
+        goto out;
+    if (rc == 0) {
+        sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        goto out;
+    }
+    answer = json_pack("{s:s}", "status", "RELEASED");
+out:
+    sl_route_clear(&r);
+    return answer;
+}

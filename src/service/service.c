@@ -1,0 +1,528 @@
+/* Service lifetime, worker identity, capabilities, health, heartbeat and the
+ * live-sandbox table. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "runtime/env.h"
+#include "service/internal.h"
+
+#define SL_VERSION "0.2.0"
+#define SL_RUNTIME_NAME "sandloom-native"
+
+static const char *const LEVEL_FEATURES[3][3] = {
+    {NULL}, /* basic adds nothing beyond the base list */
+    {"pid_namespace", "private_procfs", NULL},
+    {"cgroup_namespace", NULL},
+};
+static const char *const BASIC_FEATURES[] = {
+    "resource_limits", "no_new_privileges", "uid_separation", "user_namespace",
+    "mount_namespace", "ipc_namespace",     "uts_namespace",  "private_tmp",
+    "readonly_system_mounts"};
+static const char *const LEVEL_NAMES[3] = {"basic", "standard", "strict"};
+
+static int level_index(const char *level)
+{
+    for (int i = 0; i < 3; i++)
+        if (strcmp(level, LEVEL_NAMES[i]) == 0)
+            return i;
+    return 0;
+}
+
+static int cmp_json_str(const void *a, const void *b)
+{
+    return strcmp(json_string_value(*(json_t *const *)a), json_string_value(*(json_t *const *)b));
+}
+
+static json_t *sorted_string_array(json_t *arr)
+{
+    size_t n = json_array_size(arr);
+    json_t **items = calloc(n ? n : 1, sizeof(*items));
+    for (size_t i = 0; i < n; i++)
+        items[i] = json_array_get(arr, i);
+    qsort(items, n, sizeof(*items), cmp_json_str);
+    json_t *out = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append(out, items[i]);
+    free(items);
+    json_decref(arr);
+    return out;
+}
+
+static json_t *strlist_json(const struct sl_strlist *l)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < l->len; i++)
+        json_array_append_new(a, json_string(l->items[i]));
+    return a;
+}
+
+/* The effective profile hash of RUNTIME.md §3.2. Nested user namespaces are
+ * not disabled by this build's runtime (seccomp arrives with the isolation
+ * issue), so the hash says so honestly with the "-nested-userns" suffix. */
+static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile *p)
+{
+    const struct sl_config *cfg = svc->cfg;
+    char suffix[128];
+    snprintf(suffix, sizeof(suffix), "-%s-%s-nested-userns", p->selected_level,
+             p->network_isolated ? "net-none" : "net-host");
+    size_t blen = strlen(cfg->profile_hash), slen = strlen(suffix);
+    int n;
+    if (blen >= slen && strcmp(cfg->profile_hash + blen - slen, suffix) == 0)
+        n = snprintf(svc->profile_hash, sizeof(svc->profile_hash), "%s", cfg->profile_hash);
+    else
+        n = snprintf(svc->profile_hash, sizeof(svc->profile_hash), "%s%s", cfg->profile_hash,
+                     suffix);
+    return n < 0 || (size_t)n >= sizeof(svc->profile_hash) ? -1 : 0;
+}
+
+static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_profile *p)
+{
+    const struct sl_config *cfg = svc->cfg;
+    json_t *caps = json_object();
+    int sel = level_index(p->selected_level);
+
+    json_t *features = json_array();
+    for (size_t i = 0; i < SL_ARRAY_LEN(BASIC_FEATURES); i++)
+        json_array_append_new(features, json_string(BASIC_FEATURES[i]));
+    for (int lvl = 1; lvl <= sel; lvl++)
+        for (int i = 0; LEVEL_FEATURES[lvl][i]; i++)
+            json_array_append_new(features, json_string(LEVEL_FEATURES[lvl][i]));
+    features = sorted_string_array(features);
+
+    json_t *supported = json_array(), *failures = json_object();
+    for (int i = 0; i < 3; i++) {
+        if (p->supported[i])
+            json_array_append_new(supported, json_string(LEVEL_NAMES[i]));
+        else
+            json_object_set_new(failures, LEVEL_NAMES[i], json_string(p->probe_failure[i]));
+    }
+
+    json_object_set_new(caps, "profile_id", json_string(cfg->profile_id));
+    json_object_set_new(caps, "profile_hash", json_string(svc->profile_hash));
+    json_object_set_new(caps, "bubblewrap_version", json_null());
+    json_object_set_new(caps, "runtime", json_string(SL_RUNTIME_NAME));
+    json_object_set_new(caps, "runtime_version", json_string(SL_VERSION));
+    json_object_set_new(caps, "user_namespace", json_true());
+    json_object_set_new(caps, "mount_namespace", json_true());
+    json_object_set_new(caps, "ipc_namespace", json_true());
+    json_object_set_new(caps, "uts_namespace", json_true());
+    json_object_set_new(caps, "private_tmp", json_true());
+    json_object_set_new(caps, "requested_level", json_string(cfg->isolation_level));
+    json_object_set_new(caps, "selected_level", json_string(p->selected_level));
+    json_object_set_new(caps, "max_supported_level", json_string(p->max_supported_level));
+    json_object_set_new(caps, "supported_levels", supported);
+    json_object_set_new(caps, "probe_failures", failures);
+    json_object_set_new(caps, "features", features);
+    json_object_set_new(caps, "profile_mode", json_string("level"));
+
+    json_t *policy = json_object();
+    json_object_set_new(policy, "required", strlist_json(&cfg->isolation_required_features));
+    json_object_set_new(policy, "optional", strlist_json(&cfg->isolation_optional_features));
+    json_object_set_new(policy, "enabled_additions", json_array());
+    json_object_set_new(policy, "skipped_optional", json_object());
+    json_object_set_new(caps, "feature_policy", policy);
+
+    /* Toolchain launch checks run through the probe in the isolation issue;
+     * until then every check says honestly that it was not run. */
+    static const char *const NEEDS_PROCFS[] = {"rust", "java"};
+    json_t *tc = json_object(), *needs = json_array(), *checks = json_object();
+    for (size_t i = 0; i < cfg->toolchains.len; i++) {
+        const char *name = cfg->toolchains.items[i];
+        bool needs_procfs = false;
+        for (size_t k = 0; k < SL_ARRAY_LEN(NEEDS_PROCFS); k++)
+            if (strcmp(name, NEEDS_PROCFS[k]) == 0)
+                needs_procfs = !((strcmp(name, "rust") == 0 && cfg->rust_launcher_dir) ||
+                                 (strcmp(name, "java") == 0 && cfg->java_home));
+        if (needs_procfs)
+            json_array_append_new(needs, json_string(name));
+        json_object_set_new(checks, name,
+                            json_pack("{s:s,s:s}", "status", "not_checked", "check", "launch"));
+    }
+    if (sl_strlist_contains(&cfg->toolchains, "node"))
+        json_object_set_new(checks, "typescript",
+                            json_pack("{s:s,s:s}", "status", "not_checked", "check", "launch"));
+    json_object_set_new(tc, "configured", strlist_json(&cfg->toolchains));
+    json_object_set_new(tc, "needs_procfs", json_copy(needs));
+    json_object_set_new(tc, "isolation_hints", p->pid_namespace ? json_array() : json_copy(needs));
+    json_object_set_new(tc, "unavailable_at_this_level", json_array());
+    json_object_set_new(tc, "checks", checks);
+    json_object_set_new(tc, "available", json_array());
+    json_decref(needs);
+    json_object_set_new(caps, "toolchains", tc);
+
+    json_object_set_new(caps, "disable_nested_userns", json_false());
+    json_object_set_new(caps, "overlay", json_false());
+    json_object_set_new(caps, "pid_namespace", json_boolean(p->pid_namespace));
+    json_object_set_new(caps, "cgroup_namespace", json_boolean(p->cgroup_namespace));
+    json_object_set_new(caps, "network_namespace", json_boolean(p->network_isolated));
+    json_object_set_new(caps, "egress_address_filter", json_false());
+    json_t *rc = json_pack("{s:{s:I,s:I,s:I,s:I},s:b,s:b,s:b,s:b,s:b}", "process_limits",
+                           "cpu_seconds_per_process", (json_int_t)cfg->cpu_seconds,
+                           "processes_per_real_uid", (json_int_t)cfg->max_processes,
+                           "open_files_per_process", (json_int_t)cfg->max_open_files,
+                           "bytes_per_file", (json_int_t)cfg->max_file_size_bytes,
+                           "sandbox_cpu_quota", 0, "sandbox_memory_quota", 0, "sandbox_pid_quota",
+                           0, "sandbox_disk_quota", 0, "execution_cgroup_supervision", 0);
+    json_object_set_new(caps, "resource_control", rc);
+    json_object_set_new(caps, "landlock", json_false());
+    json_object_set_new(caps, "extension", json_object());
+    return caps;
+}
+
+struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl_error *err)
+{
+    const struct sl_config *cfg = deps->cfg;
+    struct sl_service *svc = calloc(1, sizeof(*svc));
+    if (!svc) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    svc->cfg = cfg;
+    svc->store = deps->store;
+    svc->registry = deps->registry;
+    svc->runtime = deps->runtime;
+    pthread_mutex_init(&svc->live_lock, NULL);
+    pthread_mutex_init(&svc->loop_lock, NULL);
+    pthread_cond_init(&svc->loop_cond, NULL);
+
+    int idlen = snprintf(svc->worker_id, sizeof(svc->worker_id), "%s-%d", cfg->advertise_host,
+                         cfg->port);
+    int eplen = snprintf(svc->endpoint, sizeof(svc->endpoint), "%s://%s:%d",
+                         cfg->advertise_scheme, cfg->advertise_host, cfg->port);
+    if (idlen < 0 || (size_t)idlen >= sizeof(svc->worker_id) || eplen < 0 ||
+        (size_t)eplen >= sizeof(svc->endpoint)) {
+        sl_error_set(err, SL_E_CONFIG, 0,
+                     "SANDBOX_ADVERTISE_HOST: too long for a worker id (128 characters)");
+        free(svc);
+        return NULL;
+    }
+    if (sl_random_hex(svc->worker_epoch, 16) < 0) {
+        sl_error_errno(err, SL_E_INTERNAL, "cannot draw the worker epoch");
+        free(svc);
+        return NULL;
+    }
+    const struct sl_rt_profile *p = sl_rt_profile(svc->runtime);
+    if (build_profile_hash(svc, p) < 0) {
+        sl_error_set(err, SL_E_CONFIG, 0,
+                     "SANDBOX_PROFILE_HASH: too long once the level suffix is added (191 "
+                     "characters)");
+        free(svc);
+        return NULL;
+    }
+    svc->capabilities = build_capabilities(svc, p);
+    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
+                   &svc->disk);
+    return svc;
+}
+
+const char *sl_service_worker_id(const struct sl_service *svc) { return svc->worker_id; }
+
+json_t *svc_disk_json(const struct sl_disk_status *d)
+{
+    return json_pack("{s:b,s:I,s:I,s:I,s:I}", "available", d->available, "total_bytes",
+                     (json_int_t)d->total_bytes, "used_bytes", (json_int_t)d->used_bytes,
+                     "free_bytes", (json_int_t)d->free_bytes, "used_percent",
+                     (json_int_t)d->used_percent);
+}
+
+void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out)
+{
+    pthread_mutex_lock(&svc->loop_lock);
+    *out = svc->disk;
+    pthread_mutex_unlock(&svc->loop_lock);
+}
+
+static json_t *heartbeat_payload(struct sl_service *svc, const struct sl_disk_status *disk,
+                                 struct sl_worker_entry *entry)
+{
+    const struct sl_config *cfg = svc->cfg;
+    memset(entry, 0, sizeof(*entry));
+    snprintf(entry->worker_id, sizeof(entry->worker_id), "%s", svc->worker_id);
+    snprintf(entry->worker_epoch, sizeof(entry->worker_epoch), "%s", svc->worker_epoch);
+    snprintf(entry->endpoint, sizeof(entry->endpoint), "%s", svc->endpoint);
+    snprintf(entry->status, sizeof(entry->status), "%s", disk->available ? "ACTIVE" : "DRAINING");
+    snprintf(entry->profile_id, sizeof(entry->profile_id), "%s", cfg->profile_id);
+    snprintf(entry->profile_hash, sizeof(entry->profile_hash), "%s", svc->profile_hash);
+    entry->capacity = cfg->worker_capacity;
+    entry->running_sessions = svc_live_count(svc);
+    entry->running_execs = atomic_load(&svc->running_execs);
+    entry->max_parallel_execs_per_sandbox = cfg->max_parallel_execs_per_sandbox;
+    entry->observed_at = sl_now_us() / 1000;
+    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s,s:O,s:o}", "observed_at",
+                     (json_int_t)entry->observed_at, "max_parallel_execs_per_sandbox",
+                     (json_int_t)entry->max_parallel_execs_per_sandbox, "worker_id",
+                     entry->worker_id, "worker_epoch", entry->worker_epoch, "endpoint",
+                     entry->endpoint, "status", entry->status, "capacity",
+                     (json_int_t)entry->capacity, "running_sessions",
+                     (json_int_t)entry->running_sessions, "running_execs",
+                     (json_int_t)entry->running_execs, "profile_id", entry->profile_id,
+                     "profile_hash", entry->profile_hash, "capabilities", svc->capabilities,
+                     "disk", svc_disk_json(disk));
+}
+
+/* One heartbeat: registry entry + SQL worker row (FLEET.md §3.1). */
+static int heartbeat(struct sl_service *svc, const char *status_override, struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    struct sl_disk_status disk;
+    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
+                   &disk);
+    pthread_mutex_lock(&svc->loop_lock);
+    svc->disk = disk;
+    pthread_mutex_unlock(&svc->loop_lock);
+
+    struct sl_worker_entry entry;
+    _cleanup_json_ json_t *payload = heartbeat_payload(svc, &disk, &entry);
+    if (!status_override &&
+        svc->registry->ops->publish(svc->registry, &entry, payload, cfg->heartbeat_ttl_seconds,
+                                    err) < 0)
+        return sl_error_wrap(err, "registry publish");
+    struct sl_worker_row row = {
+        .worker_id = svc->worker_id,
+        .worker_epoch = svc->worker_epoch,
+        .endpoint = svc->endpoint,
+        .status = status_override ? status_override : entry.status,
+        .capacity = entry.capacity,
+        .running_sessions = entry.running_sessions,
+        .profile_hash = svc->profile_hash,
+        .now = sl_now_us(),
+    };
+    if (svc->store->ops->worker_upsert(svc->store, &row, err) < 0)
+        return sl_error_wrap(err, "worker row upsert");
+    if (!status_override)
+        atomic_store(&svc->last_heartbeat_mono_us, sl_mono_us());
+    return 0;
+}
+
+static void *service_loop(void *arg)
+{
+    struct sl_service *svc = arg;
+    const struct sl_config *cfg = svc->cfg;
+    int64_t beat_every = (int64_t)(cfg->heartbeat_interval_seconds * 1e6);
+    int64_t maint_every = (int64_t)(cfg->maintenance_interval_seconds * 1e6);
+    int64_t next_beat = sl_mono_us() + beat_every, next_maint = sl_mono_us();
+    pthread_mutex_lock(&svc->loop_lock);
+    while (!svc->stopping) {
+        int64_t now = sl_mono_us();
+        int64_t wake = next_beat < next_maint ? next_beat : next_maint;
+        if (now < wake) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            int64_t wait_us = wake - now;
+            ts.tv_sec += wait_us / 1000000;
+            ts.tv_nsec += (wait_us % 1000000) * 1000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&svc->loop_cond, &svc->loop_lock, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&svc->loop_lock);
+        struct sl_error err = {0};
+        if (now >= next_beat) {
+            if (heartbeat(svc, NULL, &err) < 0)
+                sl_warn("heartbeat failed: %s", sl_error_text(&err));
+            next_beat = now + beat_every;
+        }
+        if (now >= next_maint) {
+            /* Maintenance step 1 (FLEET.md §6.1): empty the trash. The
+             * reaper steps arrive with the reclamation issue. */
+            int removed = ws_trash_purge(cfg->workspace_root);
+            if (removed > 0)
+                sl_info("maintenance: removed %d destroyed sandbox roots", removed);
+            next_maint = now + maint_every;
+        }
+        pthread_mutex_lock(&svc->loop_lock);
+    }
+    pthread_mutex_unlock(&svc->loop_lock);
+    return NULL;
+}
+
+int sl_service_start(struct sl_service *svc, struct sl_error *err)
+{
+    struct sl_error ignored = {0};
+    /* Executions recorded RUNNING by a previous incarnation of this worker can
+     * never finish: their processes died with it. */
+    int lost = svc->store->ops->exec_mark_worker_running(svc->store, svc->worker_id,
+                                                         "WORKER_LOST", sl_now_us(), &ignored);
+    if (lost > 0)
+        sl_warn("marked %d executions of a previous run WORKER_LOST", lost);
+    if (heartbeat(svc, NULL, err) < 0)
+        return -1;
+    if (pthread_create(&svc->loop_thread, NULL, service_loop, svc) != 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot start the heartbeat thread");
+    svc->loop_started = true;
+    return 0;
+}
+
+void sl_service_close(struct sl_service *svc)
+{
+    if (!svc)
+        return;
+    if (svc->loop_started) {
+        pthread_mutex_lock(&svc->loop_lock);
+        svc->stopping = true;
+        pthread_cond_broadcast(&svc->loop_cond);
+        pthread_mutex_unlock(&svc->loop_lock);
+        pthread_join(svc->loop_thread, NULL);
+        struct sl_error err = {0};
+        if (heartbeat(svc, "OFFLINE", &err) < 0)
+            sl_warn("final heartbeat failed: %s", sl_error_text(&err));
+        svc->registry->ops->unregister(svc->registry, svc->worker_id, &err);
+    }
+    if (svc->runtime)
+        sl_rt_close(svc->runtime);
+    if (svc->registry)
+        svc->registry->ops->close(svc->registry);
+    if (svc->store)
+        svc->store->ops->close(svc->store);
+    for (size_t i = 0; i < svc->live_n; i++)
+        free(svc->live[i].sandbox_id);
+    free(svc->live);
+    json_decref(svc->capabilities);
+    pthread_mutex_destroy(&svc->live_lock);
+    pthread_mutex_destroy(&svc->loop_lock);
+    pthread_cond_destroy(&svc->loop_cond);
+    free(svc);
+}
+
+json_t *sl_svc_healthz(struct sl_service *svc)
+{
+    const struct sl_config *cfg = svc->cfg;
+    struct sl_disk_status disk;
+    svc_disk_status(svc, &disk);
+    int64_t last = atomic_load(&svc->last_heartbeat_mono_us);
+    bool fresh = last && sl_mono_us() - last < (int64_t)cfg->heartbeat_ttl_seconds * 1000000;
+    json_t *reclamation = json_pack(
+        "{s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "maintenance_interval_seconds",
+        cfg->maintenance_interval_seconds, "heartbeat_interval_seconds",
+        cfg->heartbeat_interval_seconds, "heartbeat_ttl_seconds",
+        (json_int_t)cfg->heartbeat_ttl_seconds, "idle_ttl_seconds",
+        (json_int_t)cfg->idle_ttl_seconds, "orphan_running_grace_seconds",
+        (json_int_t)cfg->orphan_running_grace_seconds, "orphan_release_grace_seconds",
+        (json_int_t)cfg->orphan_release_grace_seconds, "suspended_retention_seconds",
+        (json_int_t)cfg->suspended_retention_seconds, "orphan_dormant_dir_ttl_seconds",
+        (json_int_t)cfg->orphan_dormant_dir_ttl_seconds);
+    json_t *reaper = json_pack("{s:n,s:i,s:i,s:i,s:i}", "last_run_at", "last_released", 0,
+                               "released_total", 0, "failures_total", 0, "already_gone_total", 0);
+    json_t *worker = json_pack(
+        "{s:s,s:s,s:s,s:s,s:i,s:i,s:O,s:s,s:s,s:o,s:o}", "id", svc->worker_id, "epoch",
+        svc->worker_epoch, "endpoint", svc->endpoint, "storage_mode",
+        cfg->shared_root ? "shared" : "local", "running_sessions", svc_live_count(svc),
+        "running_execs", atomic_load(&svc->running_execs), "capabilities", svc->capabilities,
+        "profile_id", cfg->profile_id, "profile_hash", svc->profile_hash, "orphan_reaper", reaper,
+        "reclamation", reclamation);
+    json_t *db = json_pack("{s:s,s:s,s:s}", "backend", svc->store->backend, "database",
+                           svc->store->database, "source",
+                           cfg->database_url_default ? "default-sqlite" : "url");
+    return json_pack("{s:s,s:s,s:{s:b},s:[s],s:o,s:s,s:o,s:o}", "status",
+                     fresh && disk.available ? "ok" : "degraded", "mode", "agent-sandbox",
+                     "logging", "enabled", 0, "api_capabilities", "redacted_validation_v1", "db",
+                     db, "env_type", cfg->env_type, "worker", worker, "disk",
+                     svc_disk_json(&disk));
+}
+
+/* ---- live table ---------------------------------------------------------- */
+
+static struct sl_live *live_find(struct sl_service *svc, const char *sandbox_id)
+{
+    for (size_t i = 0; i < svc->live_n; i++)
+        if (strcmp(svc->live[i].sandbox_id, sandbox_id) == 0)
+            return &svc->live[i];
+    return NULL;
+}
+
+int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      uid_t uid)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (!l) {
+        if (svc->live_n == svc->live_cap) {
+            size_t cap = svc->live_cap ? svc->live_cap * 2 : 64;
+            struct sl_live *n = realloc(svc->live, cap * sizeof(*n));
+            if (!n) {
+                pthread_mutex_unlock(&svc->live_lock);
+                return -1;
+            }
+            svc->live = n;
+            svc->live_cap = cap;
+        }
+        l = &svc->live[svc->live_n];
+        l->sandbox_id = strdup(sandbox_id);
+        if (!l->sandbox_id) {
+            pthread_mutex_unlock(&svc->live_lock);
+            return -1;
+        }
+        svc->live_n++;
+    }
+    l->generation = generation;
+    l->uid = uid;
+    l->destroying = false;
+    l->last_activity_us = sl_now_us();
+    pthread_mutex_unlock(&svc->live_lock);
+    return 0;
+}
+
+/* Mark destroying (new calls get SANDBOX_RELEASING); returns whether it was live. */
+bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (l)
+        l->destroying = true;
+    pthread_mutex_unlock(&svc->live_lock);
+    return l != NULL;
+}
+
+void svc_live_remove(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (l) {
+        free(l->sandbox_id);
+        *l = svc->live[--svc->live_n];
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+}
+
+int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    uid_t *uid, struct sl_error *err)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    int rc = 0;
+    if (l && l->destroying)
+        rc = sl_error_set(err, SL_E_RELEASING, 0, "SANDBOX_RELEASING");
+    else if (!l || l->generation != generation)
+        rc = sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+    else if (uid)
+        *uid = l->uid;
+    pthread_mutex_unlock(&svc->live_lock);
+    return rc;
+}
+
+void svc_live_touch(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (l)
+        l->last_activity_us = sl_now_us();
+    pthread_mutex_unlock(&svc->live_lock);
+}
+
+int svc_live_count(struct sl_service *svc)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    int n = (int)svc->live_n;
+    pthread_mutex_unlock(&svc->live_lock);
+    return n;
+}

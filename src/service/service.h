@@ -1,0 +1,103 @@
+/* The service: lifecycle, fencing, exec admission and the file API on top
+ * of the store, the registry, the workspace and the runtime.
+ *
+ * One struct sl_service per process, created by sl_service_open() after the
+ * configuration is loaded and the store schema checked; every public function
+ * is safe to call from any HTTP thread. Functions answer JSON documents in the
+ * spec's shapes (caller owns the returned reference) or fail with an
+ * sl_error whose code the API layer maps to a status. The REST route and the
+ * MCP tool for one action call the same function here.
+ *
+ * This build serves a single worker: the control-plane checks of spec
+ * API.md §2.2/§10 run, then the owner's work is a direct call when the owner
+ * is this process. Forwarding to a peer over /internal/v1 arrives with the
+ * fleet issue; until then a route owned by a live peer is answered with
+ * SANDBOX_WORKER_UNREACHABLE. */
+#ifndef SL_SERVICE_SERVICE_H
+#define SL_SERVICE_SERVICE_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct sl_config;
+struct sl_store;
+struct sl_registry;
+struct sl_runtime;
+
+struct sl_service;
+
+struct sl_service_deps {
+    const struct sl_config *cfg;
+    struct sl_store *store;       /* owned by the service after open */
+    struct sl_registry *registry; /* owned by the service after open */
+    struct sl_runtime *runtime;   /* owned by the service after open */
+};
+
+struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl_error *err);
+/* Stop background loops, publish OFFLINE, release everything. */
+void sl_service_close(struct sl_service *svc);
+
+/* Start the heartbeat/maintenance thread (first beat happens synchronously). */
+int sl_service_start(struct sl_service *svc, struct sl_error *err);
+
+const char *sl_service_worker_id(const struct sl_service *svc);
+
+/* Health. */
+json_t *sl_svc_healthz(struct sl_service *svc);
+
+/* Lifecycle (API.md §3.5–§3.8, §3.14). */
+json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,
+                       const char *profile, struct sl_error *err);
+json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                       struct sl_error *err);
+json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+
+/* Exec (API.md §3.9, §4). */
+struct sl_exec_request {
+    const char *exec_id;
+    int64_t generation;
+    const char *const *argv;
+    size_t argc;
+    const char *cwd;
+    const char *const *env_keys;
+    const char *const *env_values;
+    size_t env_len;
+    const char *const *sensitive_keys;
+    size_t sensitive_len;
+    int64_t timeout_seconds; /* 0 = default */
+    bool background;
+    const char *exec_scope; /* NULL = unscoped */
+    const json_t *request;  /* the validated request object, stored as command_json */
+};
+json_t *sl_svc_exec(struct sl_service *svc, const char *sandbox_id,
+                    const struct sl_exec_request *req, struct sl_error *err);
+
+/* Files (API.md §3.12, §5). Path arguments carry explicit lengths so an
+ * embedded NUL is seen and refused. */
+struct sl_file_path {
+    const char *s;
+    size_t len;
+};
+json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          struct sl_file_path path, const char *b64, size_t b64_len,
+                          struct sl_error *err);
+json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, struct sl_error *err);
+json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, int64_t limit, int64_t offset,
+                         struct sl_error *err);
+json_t *sl_svc_file_mkdir(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          struct sl_file_path path, bool parents, struct sl_error *err);
+json_t *sl_svc_file_delete(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           struct sl_file_path path, bool recursive, struct sl_error *err);
+json_t *sl_svc_file_move(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path src, struct sl_file_path dst, bool overwrite,
+                         struct sl_error *err);
+
+#endif

@@ -1,0 +1,89 @@
+#include "store/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "config/config.h"
+
+struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err)
+{
+    switch (cfg->db_backend) {
+    case SL_DB_SQLITE:
+        return sl_store_sqlite_open(cfg->database_path, err);
+    case SL_DB_POSTGRESQL:
+        sl_error_set(err, SL_E_CONFIG, 0,
+                     "database backend postgresql is not supported by this build yet");
+        return NULL;
+    case SL_DB_MYSQL:
+        sl_error_set(err, SL_E_CONFIG, 0,
+                     "database backend mysql is not supported by this build yet");
+        return NULL;
+    }
+    sl_error_set(err, SL_E_CONFIG, 0, "unknown database backend");
+    return NULL;
+}
+
+void sl_route_clear(struct sl_route *r)
+{
+    if (!r)
+        return;
+    free(r->sandbox_id);
+    free(r->workspace_scope_id);
+    free(r->worker_id);
+    free(r->worker_epoch);
+    free(r->profile_id);
+    free(r->profile_hash);
+    free(r->active_exec_id);
+    free(r->generation_created_by);
+    free(r->last_release_reason);
+    free(r->last_released_by);
+    free(r->lifecycle_history_json);
+    memset(r, 0, sizeof(*r));
+}
+
+/* strdup that keeps NULL; false only on allocation failure. */
+static bool dup_opt(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (!src)
+        return true;
+    *dst = strdup(src);
+    return *dst != NULL;
+}
+
+int sl_route_copy(struct sl_route *dst, const struct sl_route *src)
+{
+    /* Scalars and the fixed-size status/storage_mode come with the struct
+     * copy; every pointer is then replaced by its own copy. */
+    *dst = *src;
+    bool ok = dup_opt(&dst->sandbox_id, src->sandbox_id);
+    ok = dup_opt(&dst->workspace_scope_id, src->workspace_scope_id) && ok;
+    ok = dup_opt(&dst->worker_id, src->worker_id) && ok;
+    ok = dup_opt(&dst->worker_epoch, src->worker_epoch) && ok;
+    ok = dup_opt(&dst->profile_id, src->profile_id) && ok;
+    ok = dup_opt(&dst->profile_hash, src->profile_hash) && ok;
+    ok = dup_opt(&dst->active_exec_id, src->active_exec_id) && ok;
+    ok = dup_opt(&dst->generation_created_by, src->generation_created_by) && ok;
+    ok = dup_opt(&dst->last_release_reason, src->last_release_reason) && ok;
+    ok = dup_opt(&dst->last_released_by, src->last_released_by) && ok;
+    ok = dup_opt(&dst->lifecycle_history_json, src->lifecycle_history_json) && ok;
+    if (!ok) {
+        sl_route_clear(dst);
+        return -1;
+    }
+    return 0;
+}
+
+void sl_exec_record_clear(struct sl_exec_record *e)
+{
+    if (!e)
+        return;
+    free(e->sandbox_id);
+    free(e->exec_id);
+    free(e->worker_id);
+    free(e->command_json);
+    free(e->exec_scope);
+    free(e->stdout_text);
+    free(e->stderr_text);
+    memset(e, 0, sizeof(*e));
+}

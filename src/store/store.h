@@ -1,0 +1,155 @@
+/* Metadata store interface: the authoritative record of routes, executions
+ * and workers (spec/FLEET.md §2).
+ *
+ * A store is a struct of function pointers plus an opaque handle; the
+ * service never names an implementation. Open one with sl_store_open(),
+ * which picks the backend from the configuration, and release it with
+ * store->close(store). Every method is safe to call from any thread; each is
+ * one atomic unit against the database (its own transaction).
+ *
+ * Rows are plain structs owned by the caller; release them with the matching
+ * *_clear() function. Timestamps are microseconds since the epoch (UTC);
+ * 0 means NULL for nullable columns. Fallible methods return < 0 and fill err
+ * (code SANDBOX_METADATA_UNAVAILABLE for database failures). */
+#ifndef SL_STORE_STORE_H
+#define SL_STORE_STORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+
+struct sl_config;
+
+struct sl_route {
+    char *sandbox_id;
+    char *workspace_scope_id;
+    char *worker_id;    /* NULL allowed */
+    char *worker_epoch; /* NULL allowed */
+    int64_t generation;
+    int64_t sandbox_uid;
+    char *profile_id;
+    char *profile_hash;
+    char status[16];       /* ASSIGNED, READY, RUNNING, RELEASING, RELEASED, SUSPENDING, SUSPENDED */
+    char storage_mode[8];  /* local | shared */
+    char *active_exec_id;  /* NULL when idle */
+    int64_t last_active_at;
+    int64_t generation_started_at;
+    char *generation_created_by; /* NULL allowed */
+    int64_t ready_at;            /* 0 = NULL */
+    int64_t last_released_generation; /* 0 = NULL */
+    int64_t last_released_at;         /* 0 = NULL */
+    char *last_release_reason;        /* NULL allowed */
+    char *last_released_by;           /* NULL allowed */
+    int64_t last_lifetime_ms;         /* -1 = NULL */
+    int64_t lifecycle_count;
+    int64_t total_lifetime_ms;
+    char *lifecycle_history_json;     /* JSON array text; NULL allowed */
+    int64_t created_at;
+    int64_t updated_at;
+};
+void sl_route_clear(struct sl_route *r);
+/* Deep copy; returns -1 on allocation failure. */
+int sl_route_copy(struct sl_route *dst, const struct sl_route *src);
+
+struct sl_exec_record {
+    char *sandbox_id;
+    char *exec_id;
+    int64_t generation;
+    char *worker_id;
+    char status[16];     /* RUNNING, SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, WORKER_LOST */
+    char *command_json;  /* the full request object */
+    char *exec_scope;    /* NULL = unscoped */
+    bool has_exit_code;
+    int exit_code;
+    char *stdout_text;   /* NULL allowed */
+    char *stderr_text;   /* NULL allowed */
+    bool truncated;
+    int64_t started_at;  /* 0 = NULL */
+    int64_t finished_at; /* 0 = NULL */
+    int64_t created_at;
+};
+void sl_exec_record_clear(struct sl_exec_record *e);
+
+struct sl_worker_row {
+    const char *worker_id;
+    const char *worker_epoch;
+    const char *endpoint;
+    const char *status; /* ACTIVE, DRAINING, OFFLINE */
+    int64_t capacity;
+    int64_t running_sessions;
+    const char *profile_hash;
+    int64_t now; /* heartbeat_at = updated_at = now; started_at = now on first insert */
+};
+
+/* Outcome of exec admission (spec API.md §4.1 step 4). */
+enum sl_admit_result {
+    SL_ADMIT_ADMITTED = 0, /* record inserted, route marked RUNNING */
+    SL_ADMIT_REPLAY = 1,   /* a record (sandbox_id, exec_id) exists; returned in *existing */
+};
+
+struct sl_store;
+
+struct sl_store_ops {
+    /* Schema: create missing tables/indexes when cfg->database_auto_ddl, then
+     * compare column names. Missing table/column => -1, err names them
+     * (code SANDBOX_CONFIG_INVALID). Extra columns are returned in *warnings
+     * (malloc'd comma-separated "table.column" list, NULL if none). */
+    int (*prepare_schema)(struct sl_store *s, bool auto_ddl, char **warnings, struct sl_error *err);
+
+    /* Routes. get: 1 found, 0 absent, -1 error. */
+    int (*route_get)(struct sl_store *s, const char *sandbox_id, struct sl_route *out,
+                     struct sl_error *err);
+    /* Insert a new route. 1 inserted; 0 when sandbox_id already exists (caller
+     * re-reads); -2 when sandbox_uid is taken (caller draws again); -1 error. */
+    int (*route_insert)(struct sl_store *s, const struct sl_route *r, struct sl_error *err);
+    /* Compare-and-set: write every column of *r (except sandbox_uid and
+     * created_at, which never change) where sandbox_id matches,
+     * generation = expect_generation and status is one of expect_statuses
+     * (NULL-terminated array). Returns 1 if written, 0 if the row did not
+     * match, -1 on error. updated_at is written from r->updated_at. */
+    int (*route_cas)(struct sl_store *s, const struct sl_route *r, int64_t expect_generation,
+                     const char *const *expect_statuses, struct sl_error *err);
+
+    /* Executions. get: 1 found, 0 absent, -1 error. */
+    int (*exec_get)(struct sl_store *s, const char *sandbox_id, const char *exec_id,
+                    struct sl_exec_record *out, struct sl_error *err);
+    /* Atomic admission (API.md §4.1 step 4). On REPLAY *existing is filled.
+     * Refusals return -1 with err->code STALE_SANDBOX_GENERATION,
+     * SANDBOX_SUSPENDED, SANDBOX_PARALLEL_EXEC_LIMIT or SANDBOX_EXEC_SCOPE_BUSY. */
+    int (*exec_admit)(struct sl_store *s, const struct sl_exec_record *rec, int64_t max_parallel,
+                      struct sl_exec_record *existing, struct sl_error *err);
+    /* Persist a finished execution and recompute the route's active_exec_id /
+     * status (API.md §4.1 step 6). Nothing is written to the route if its
+     * generation moved on. */
+    int (*exec_finish)(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
+                       struct sl_error *err);
+    /* Mark every RUNNING execution of (sandbox_id, generation) with `status`
+     * (e.g. WORKER_LOST) and finished_at = now. Returns rows changed. */
+    int (*exec_mark_running)(struct sl_store *s, const char *sandbox_id, int64_t generation,
+                             const char *status, int64_t now, struct sl_error *err);
+    /* Mark every RUNNING execution owned by worker_id (any sandbox) with
+     * `status`; used at startup for executions of a previous incarnation. */
+    int (*exec_mark_worker_running)(struct sl_store *s, const char *worker_id, const char *status,
+                                    int64_t now, struct sl_error *err);
+
+    /* Workers: upsert the heartbeat row (FLEET.md §2.1). */
+    int (*worker_upsert)(struct sl_store *s, const struct sl_worker_row *w, struct sl_error *err);
+
+    void (*close)(struct sl_store *s);
+};
+
+struct sl_store {
+    const struct sl_store_ops *ops;
+    const char *backend; /* "sqlite", "postgresql", "mysql" */
+    const char *database; /* file path or database name, for /healthz */
+};
+
+/* Open the store configured in cfg (only SQLite in this build; others are
+ * refused with SANDBOX_CONFIG_INVALID naming the backend). */
+struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err);
+
+/* Backends. */
+struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err);
+
+#endif

@@ -1,0 +1,255 @@
+"""Harness for the Sandloom end-to-end tests.
+
+Starts the real daemon (env SANDLOOMD, else <repo>/build/sandloomd) on a free
+loopback port with a fresh temporary state directory and a clean
+environment, and drives it over HTTP like any client.
+
+Fixtures
+  sandloomd_binary  session  path of the daemon; FAILS (not skips) if missing
+  daemon            module   one shared daemon per test module
+  client            module   a Client for `daemon`
+  daemon_factory    function start extra daemons with custom env; also an
+                             "expect exit" mode returning (returncode, stderr)
+  new_sandbox       function make a Sandbox helper with a unique id (released
+                             at teardown, best effort)
+  ready_sandbox     function a resolved + connected Sandbox
+
+Set SANDLOOM_E2E_KEEP=1 to keep state directories (for post-mortem).
+"""
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandloom_client import Client, Sandbox
+
+REPO = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT = 20.0
+EXIT_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+_DEFAULT = object()
+
+
+def find_binary():
+    env = os.environ.get("SANDLOOMD")
+    return Path(env) if env else REPO / "build" / "sandloomd"
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    """One sandloomd process and its state directory."""
+
+    _seq = 0
+
+    def __init__(self, binary, env=None, *, state_dir=None, token=_DEFAULT, unset=()):
+        self.binary = Path(binary)
+        self.owns_state = state_dir is None
+        if state_dir is None:
+            state_dir = tempfile.mkdtemp(prefix="sandloom-e2e-")
+            # Like /var/lib: traversable by the sandbox uids, not listable.
+            os.chmod(state_dir, 0o711)
+        self.state = Path(state_dir)
+        self.port = free_port()
+        self.token = secrets.token_urlsafe(32) if token is _DEFAULT else token
+        self.sandbox_root = self.state / "sandboxes"
+        self.db_path = self.state / "sandloom.db"
+        env_full = {
+            "PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            "SANDBOX_HOST": "127.0.0.1",
+            "SANDBOX_PORT": str(self.port),
+            "SANDBOX_ADVERTISE_HOST": "127.0.0.1",
+            "SANDBOX_LOCAL_ROOT": str(self.sandbox_root),
+            "SANDBOX_DATABASE_URL": f"sqlite:///{self.db_path}",
+            "SANDBOX_STARTUP_LOG_PATH": str(self.state / "startup.log"),
+            "SANDBOX_UID_START": "30000",
+            "SANDBOX_UID_END": "30999",
+        }
+        if self.token is not None:
+            env_full["SANDBOX_INTERNAL_TOKEN"] = self.token
+        env_full.update(env or {})
+        for name in unset:
+            env_full.pop(name, None)
+        self.env = env_full
+        Daemon._seq += 1
+        self.stdout_path = self.state / f"daemon-{Daemon._seq}.stdout"
+        self.stderr_path = self.state / f"daemon-{Daemon._seq}.stderr"
+        self.proc = None
+        self.returncode = None
+
+    # -- process control ---------------------------------------------------
+    def spawn(self):
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([str(self.binary)], cwd=str(self.state), env=self.env,
+                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True)
+        return self
+
+    def wait_healthy(self, timeout=STARTUP_TIMEOUT):
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                self.returncode = rc
+                pytest.fail(f"sandloomd exited with status {rc} during startup.\n"
+                            f"--- stderr ---\n{self.stderr()}\n--- stdout ---\n{self.stdout()}",
+                            pytrace=False)
+            try:
+                r = Client("127.0.0.1", self.port, self.token or "", timeout=2).get(
+                    "/health", auth=False)
+                if r.status == 200 and r.raw.strip() == b"ok":
+                    return self
+                last = r
+            except OSError as e:
+                last = e
+            time.sleep(0.1)
+        self.stop()
+        pytest.fail(f"sandloomd did not answer GET /health == 'ok' within {timeout:.0f} s "
+                    f"(last: {last!r}).\n--- stderr ---\n{self.stderr()}", pytrace=False)
+
+    def wait_exit(self, timeout=EXIT_TIMEOUT):
+        """Expect-exit mode: (returncode or None if it kept running, stderr)."""
+        try:
+            self.returncode = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            return None, self.stderr()
+        return self.returncode, self.stderr()
+
+    def stop(self):
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.returncode = self.proc.returncode
+            return self.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=STOP_TIMEOUT)
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def cleanup(self):
+        self.stop()
+        if self.owns_state and not os.environ.get("SANDLOOM_E2E_KEEP"):
+            shutil.rmtree(self.state, ignore_errors=True)
+
+    # -- accessors -----------------------------------------------------------
+    def stderr(self):
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stdout(self):
+        try:
+            return self.stdout_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def client(self, token=_DEFAULT):
+        return Client("127.0.0.1", self.port, self.token if token is _DEFAULT else token)
+
+    @property
+    def worker_id(self):
+        return f"127.0.0.1-{self.port}"
+
+
+# ---------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def sandloomd_binary():
+    path = find_binary()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        pytest.fail(f"sandloomd binary not found or not executable at {path} "
+                    f"(set SANDLOOMD=/path/to/sandloomd or build it into {REPO}/build/)",
+                    pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="module")
+def daemon(sandloomd_binary):
+    d = Daemon(sandloomd_binary).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture(scope="module")
+def client(daemon):
+    return daemon.client()
+
+
+@pytest.fixture
+def daemon_factory(sandloomd_binary):
+    """start(env=None, *, state_dir=None, token=<random>|None, unset=(),
+             expect_exit=False, timeout=20)
+    Normal mode: returns a healthy Daemon (stopped and cleaned at teardown).
+    expect_exit=True: returns (returncode, stderr); returncode is None if
+    the daemon was still running after `timeout` seconds (it is then killed).
+    token=None leaves SANDBOX_INTERNAL_TOKEN unset."""
+    started = []
+
+    def start(env=None, *, state_dir=None, token=_DEFAULT, unset=(), expect_exit=False,
+              timeout=None):
+        d = Daemon(sandloomd_binary, env, state_dir=state_dir, token=token, unset=unset)
+        started.append(d)
+        d.spawn()
+        if expect_exit:
+            return d.wait_exit(timeout or EXIT_TIMEOUT)
+        return d.wait_healthy(timeout or STARTUP_TIMEOUT)
+
+    yield start
+    # Stop everything first, then remove state (later daemons may reuse an
+    # earlier daemon's state directory).
+    for d in started:
+        d.stop()
+    for d in started:
+        d.cleanup()
+
+
+def unique_id(prefix="sbx"):
+    return f"{prefix}-{uuid.uuid4().hex[:20]}"
+
+
+@pytest.fixture
+def new_sandbox(client):
+    made = []
+
+    def make(prefix="sbx", scope=None):
+        sb = Sandbox(client, unique_id(prefix), scope or unique_id("scope"))
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        try:
+            sb.release()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def ready_sandbox(new_sandbox):
+    sb = new_sandbox()
+    r = sb.resolve()
+    assert r.status == 200, f"resolve failed: {r!r}"
+    r = sb.connect()
+    assert r.status == 200, f"connect failed: {r!r}"
+    return sb

@@ -1,0 +1,276 @@
+"""Error shapes, request validation, body cap, routing errors
+(API.md §0.3–§0.4, COMPAT.md §2)."""
+
+import http.client
+import json
+import socket
+import uuid
+
+import pytest
+
+from sandloom_client import API, Resp, assert_error, assert_invalid
+
+BODY_CAP = 48 * 1024 * 1024 + 64 * 1024
+
+
+def marker():
+    return "MARKER" + uuid.uuid4().hex[:12]
+
+
+def assert_not_echoed(r, *values):
+    for v in values:
+        assert v.encode() not in r.raw, f"input value {v!r} echoed in {r!r}"
+        assert v.encode() not in str(dict(r.headers)).encode(), f"{v!r} echoed in headers"
+
+
+# -- malformed bodies -----------------------------------------------------------
+@pytest.mark.parametrize("raw", ["{not json", '{"sandbox_id": "abc-def", ', "[1, 2]",
+                                 '["sandbox_id"]', "null", "42", '"a string"', "",
+                                 '{"sandbox_id": "abc\\ud800"}'])
+def test_malformed_or_non_object_body_is_422(client, raw):
+    r = client.post(f"{API}/resolve", data=raw)
+    assert_invalid(r)
+
+
+def test_missing_body_is_422(client, new_sandbox):
+    sb = new_sandbox()
+    assert sb.resolve().status == 200
+    r = client.post(sb.path)
+    assert_invalid(r, "request")
+    r = client.post(sb.path, data="{not json MARKERjson")
+    assert_invalid(r, "request")
+    assert_not_echoed(r, "MARKERjson")
+
+
+# -- field validation, never echoing the value -------------------------------
+def test_resolve_field_validation(client):
+    m = marker()
+    cases = [
+        ({"sandbox_id": f"bad id/{m}", "workspace_scope_id": "s"}, "sandbox_id"),
+        ({"sandbox_id": f"{m}!", "workspace_scope_id": "s"}, "sandbox_id"),
+        ({"sandbox_id": "ab", "workspace_scope_id": "s"}, "sandbox_id"),
+        ({"sandbox_id": "a" * 129, "workspace_scope_id": "s"}, "sandbox_id"),
+        ({"sandbox_id": 12345, "workspace_scope_id": "s"}, "sandbox_id"),
+        ({"workspace_scope_id": "s"}, "sandbox_id"),
+        ({"sandbox_id": "valid-id-1", "workspace_scope_id": ""}, "workspace_scope_id"),
+        ({"sandbox_id": "valid-id-1", "workspace_scope_id": m * 20}, "workspace_scope_id"),
+        ({"sandbox_id": "valid-id-1"}, "workspace_scope_id"),
+        ({"sandbox_id": "valid-id-1", "workspace_scope_id": "s", "profile": ""}, "profile"),
+        ({"sandbox_id": "valid-id-1", "workspace_scope_id": "s", "profile": m * 6}, "profile"),
+    ]
+    for body, field in cases:
+        r = client.post(f"{API}/resolve", json=body)
+        assert_invalid(r, field)
+        assert_not_echoed(r, m)
+    assert_error(client.get(f"{API}/valid-id-1"), 404, "SANDBOX_NOT_FOUND")
+
+
+def test_generation_type_and_range(client, new_sandbox):
+    sb = new_sandbox()
+    assert sb.resolve().status == 200
+    m = marker()
+    for gen in (f"abc-{m}", 0, -1, 1.5, None, [1], {"g": 1}):
+        r = client.post(sb.path, json={"generation": gen})
+        assert_invalid(r, "generation")
+        assert_not_echoed(r, m)
+    r = client.post(sb.path, json={})
+    assert_invalid(r, "generation")
+    # Still ASSIGNED: nothing was connected.
+    assert sb.route().body["status"] == "ASSIGNED"
+
+
+def test_query_validation(ready_sandbox):
+    sb = ready_sandbox
+    c = sb.c
+    m = marker()
+    r = c.get(sb.path + "/files", params={"path": "/workspace/x", "generation": f"g{m}"})
+    assert_invalid(r, "generation")
+    assert_not_echoed(r, m)
+    r = c.get(sb.path + "/files", params={"path": "/workspace/x", "generation": 0})
+    assert_invalid(r, "generation")
+    r = c.get(sb.path + "/files", params={"path": "/workspace/x"})
+    assert_invalid(r, "generation")
+    r = c.get(sb.path + "/files", params={"generation": 1})
+    assert_invalid(r, "path")
+    for limit in (0, 10001, f"x{m}"):
+        r = c.get(sb.path + "/files/list", params={"path": "/workspace", "generation": 1,
+                                                   "limit": limit})
+        assert_invalid(r, "request")
+        assert_not_echoed(r, m)
+    r = c.get(sb.path + "/files/list", params={"path": "/workspace", "generation": 1,
+                                               "offset": -1})
+    assert_invalid(r, "request")
+
+
+def test_file_body_validation(ready_sandbox):
+    sb = ready_sandbox
+    c = sb.c
+    m = marker()
+    g = sb.generation
+    cases = [
+        ("PUT", "/files", {"generation": g, "path": "", "content_base64": ""}, "path"),
+        ("PUT", "/files", {"generation": g, "path": m * 250, "content_base64": ""}, "path"),
+        ("PUT", "/files", {"generation": g, "path": "/workspace/x"}, "content_base64"),
+        ("PUT", "/files", {"generation": g, "path": "/workspace/x", "content_base64": 5},
+         "content_base64"),
+        ("PUT", "/files", {"generation": f"{m}", "path": "/workspace/x", "content_base64": ""},
+         "generation"),
+        ("POST", "/files/mkdir", {"generation": g, "path": "/workspace/x", "parents": f"{m}"},
+         "request"),
+        ("POST", "/files/delete", {"generation": g, "path": ""}, "path"),
+        ("POST", "/files/move", {"generation": g, "source": "/workspace/x"}, "request"),
+    ]
+    for method, suffix, body, field in cases:
+        r = c.request(method, sb.path + suffix, json_body=body)
+        assert_invalid(r, field)
+        assert_not_echoed(r, m)
+
+
+def test_exec_body_never_echoed(ready_sandbox):
+    sb = ready_sandbox
+    m = marker()
+    cases = [
+        ({"argv": [f"echo {m}"], "cwd": f"/etc/{m}"}, "cwd"),
+        ({"argv": [f"echo {m}"], "timeout_seconds": f"{m}"}, "timeout_seconds"),
+        ({"argv": [f"echo {m}"], "env": {"K": {"nested": m}}}, "env"),
+        ({"argv": [f"echo {m}"], "background": f"{m}"}, "background"),
+        ({"argv": [f"echo {m}"], "exec_scope": f"bad {m}"}, "exec_scope"),
+        ({"argv": [f"echo {m}"], "sensitive_env": {f"K{i}": m for i in range(9)}},
+         "sensitive_env"),
+    ]
+    for fields, loc in cases:
+        r = sb.exec(**fields)
+        assert_invalid(r, loc)
+        assert_not_echoed(r, m)
+    r = sb.exec(["true"], exec_id=f"bad id {m}")
+    assert_invalid(r, "exec_id")
+    assert_not_echoed(r, m)
+
+
+def test_unknown_ids_not_echoed(client):
+    m = marker()
+    r = client.get(f"{API}/sbx-{m}")
+    assert_error(r, 404, "SANDBOX_NOT_FOUND")
+    assert_not_echoed(r, m)
+    r = client.get(f"/api/v1/{m}/nothing")
+    assert_error(r, 404, "NOT_FOUND")
+    assert_not_echoed(r, m)
+
+
+# -- routing ------------------------------------------------------------------------
+def test_unknown_path_is_404(client):
+    for path in ("/api/v1/no-such-route", f"{API}/x-id/nope", f"{API}/x-id/files/nope",
+                 "/api/v2/sandboxes"):
+        assert_error(client.get(path), 404, "NOT_FOUND")
+    # Outside /api/v1 no token is needed to learn that nothing is there.
+    assert_error(client.get(f"/nope-{uuid.uuid4().hex}", auth=False), 404, "NOT_FOUND")
+
+
+def allow_set(r):
+    allow = r.headers.get("Allow")
+    assert allow, f"405 without an Allow header: {r!r}"
+    return {m.strip().upper() for m in allow.split(",") if m.strip()}
+
+
+def test_wrong_method_is_405_with_allow(client):
+    r = client.request("PATCH", f"{API}/x-id", json_body={"generation": 1})
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    allowed = allow_set(r)
+    assert {"GET", "POST", "DELETE"} <= allowed and "PATCH" not in allowed, allowed
+
+    r = client.request("DELETE", f"{API}/x-id/exec")
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    assert "POST" in allow_set(r) and "DELETE" not in allow_set(r)
+
+    r = client.request("POST", f"{API}/x-id/files/list", json_body={})
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    assert "GET" in allow_set(r) and "POST" not in allow_set(r)
+
+    r = client.request("DELETE", f"{API}/x-id/files")
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    assert {"GET", "PUT"} <= allow_set(r)
+
+    # A public path with the wrong method: 405, no token needed.
+    r = client.request("POST", "/health", json_body={}, auth=False)
+    assert_error(r, 405, "METHOD_NOT_ALLOWED")
+    assert "GET" in allow_set(r)
+
+
+# -- body size cap -----------------------------------------------------------------
+def raw_exchange(port, payload, timeout=15.0, method="PUT"):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        try:
+            s.sendall(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may answer and close early; read what it said
+        resp = http.client.HTTPResponse(s, method=method)
+        try:
+            resp.begin()
+        except (TimeoutError, socket.timeout):
+            pytest.fail(f"no answer within {timeout:.0f} s: the server seems to wait for the "
+                        f"whole oversized body instead of refusing it from the headers",
+                        pytrace=False)
+        try:
+            raw = resp.read()
+        except (ConnectionResetError, http.client.IncompleteRead) as e:
+            raw = getattr(e, "partial", b"")
+        return Resp(resp.status, resp.headers, raw)
+    finally:
+        s.close()
+
+
+def test_oversized_body_is_413_without_reading_it(daemon, client):
+    head = (f"PUT {API}/x-id/files HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{daemon.port}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {BODY_CAP + 1}\r\n\r\n").encode()
+    r = raw_exchange(daemon.port, head + b'{"generation": 1, "path": "/workspace/a", '
+                     b'"content_base64": "' + b"QUFB" * 256)
+    assert_error(r, 413, "SANDBOX_REQUEST_TOO_LARGE")
+
+    # A far larger claim, on the POST exec route.
+    head = (f"POST {API}/x-id/exec HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{daemon.port}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {10 * 1024 ** 3}\r\n\r\n").encode()
+    r = raw_exchange(daemon.port, head + b"{", method="POST")
+    assert_error(r, 413, "SANDBOX_REQUEST_TOO_LARGE")
+
+    # The daemon is still fine.
+    r = client.get("/health", auth=False)
+    assert r.status == 200 and r.raw == b"ok"
+
+
+def test_body_at_the_cap_is_accepted_for_parsing(daemon, client):
+    """Exactly the cap is not too large: the body is read and then refused
+    as invalid JSON (422), not 413."""
+    head = (f"POST {API}/resolve HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{daemon.port}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {BODY_CAP}\r\n\r\n").encode()
+    r = raw_exchange(daemon.port, head + b"x" * BODY_CAP, timeout=60.0, method="POST")
+    assert r.status == 422, r
+    assert_invalid(r)
+    r = client.get("/health", auth=False)
+    assert r.status == 200
+
+
+def test_error_bodies_are_json_objects(client):
+    """Every error is application/json {"detail": {"code", "message"}}."""
+    samples = [
+        client.get(f"{API}/nosuch-{uuid.uuid4().hex}"),
+        client.get(f"{API}/x-id", auth=False),
+        client.post(f"{API}/resolve", data="{"),
+        client.get("/api/v1/nothing-here"),
+        client.request("PATCH", f"{API}/x-id"),
+    ]
+    for r in samples:
+        assert r.status >= 400, r
+        assert r.content_type.split(";")[0].strip() == "application/json", r
+        body = json.loads(r.raw)
+        assert set(body) == {"detail"}, body
+        assert {"code", "message"} <= set(body["detail"]), body

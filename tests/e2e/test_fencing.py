@@ -1,0 +1,99 @@
+"""Generation fencing and route lookups: API.md §2.2, §3.5–§3.8, §3.14."""
+
+import uuid
+
+from sandloom_client import API, Sandbox, assert_error
+
+
+def file_calls(sb, generation):
+    """Every file route with the given generation."""
+    return {
+        "write": sb.write("/workspace/f.txt", b"x", generation=generation),
+        "read": sb.read("/workspace/f.txt", generation=generation),
+        "list": sb.list("/workspace", generation=generation),
+        "mkdir": sb.mkdir("/workspace/d", generation=generation),
+        "delete": sb.rm("/workspace/f.txt", generation=generation),
+        "move": sb.move("/workspace/f.txt", "/workspace/g.txt", generation=generation),
+    }
+
+
+def test_stale_generation_is_refused(ready_sandbox):
+    sb = ready_sandbox
+    assert sb.generation == 1
+    assert sb.write("/workspace/f.txt", b"keep").status == 200
+
+    assert_error(sb.exec(["true"], generation=2), 409, "STALE_SANDBOX_ROUTE")
+    for name, r in file_calls(sb, 2).items():
+        assert r.status == 409, f"{name}: {r!r}"
+        assert_error(r, 409, "STALE_SANDBOX_ROUTE")
+    assert_error(sb.connect(generation=2), 409, "STALE_SANDBOX_ROUTE")
+    # Nothing happened: the file is intact and no d/ or g.txt appeared.
+    assert sb.read_bytes("/workspace/f.txt") == b"keep"
+    names = [e["name"] for e in sb.list("/workspace").body["entries"]]
+    assert names == ["f.txt"], names
+
+
+def test_old_generation_after_release_and_reresolve(ready_sandbox):
+    sb = ready_sandbox
+    assert sb.release().status == 200
+    # Released route, its current generation (2): still stale.
+    assert_error(sb.exec(["true"], generation=2), 409, "STALE_SANDBOX_ROUTE")
+    assert_error(sb.read("/workspace/f.txt", generation=2), 409, "STALE_SANDBOX_ROUTE")
+    assert_error(sb.connect(generation=2), 409, "STALE_SANDBOX_ROUTE")
+
+    r = sb.resolve()
+    assert r.status == 200 and r.body["generation"] == 3, r
+    assert sb.connect().status == 200
+    assert_error(sb.exec(["true"], generation=1), 409, "STALE_SANDBOX_ROUTE")
+    for name, r in file_calls(sb, 1).items():
+        assert r.status == 409, f"{name}: {r!r}"
+        assert_error(r, 409, "STALE_SANDBOX_ROUTE")
+    r = sb.exec(["true"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+
+
+def test_file_call_before_connect_is_stale_generation(new_sandbox):
+    sb = new_sandbox()
+    assert sb.resolve().status == 200
+    assert_error(sb.read("/workspace/x"), 409, "STALE_SANDBOX_GENERATION")
+    assert_error(sb.write("/workspace/x", b"1"), 409, "STALE_SANDBOX_GENERATION")
+
+
+def test_scope_mismatch(new_sandbox):
+    sb = new_sandbox()
+    assert sb.resolve().status == 200
+    other = Sandbox(sb.c, sb.id, "another-scope-" + uuid.uuid4().hex[:8])
+    assert_error(other.resolve(), 409, "SANDBOX_SCOPE_MISMATCH")
+    # The route is unchanged.
+    r = sb.route()
+    assert r.status == 200 and r.body["workspace_scope_id"] == sb.scope
+    assert r.body["generation"] == 1
+
+
+def test_profile_unavailable(new_sandbox):
+    sb = new_sandbox()
+    assert_error(sb.resolve(profile="gpu-large"), 503, "SANDBOX_PROFILE_UNAVAILABLE")
+    assert_error(sb.route(), 404, "SANDBOX_NOT_FOUND")  # nothing was created
+    r = sb.resolve(profile="coding-default")
+    assert r.status == 200 and r.body["generation"] == 1, r
+
+
+def test_unknown_sandbox(client):
+    sid = "nosuch-" + uuid.uuid4().hex
+    assert_error(client.get(f"{API}/{sid}"), 404, "SANDBOX_NOT_FOUND")
+    assert_error(client.get(f"{API}/{sid}/audit"), 404, "SANDBOX_NOT_FOUND")
+    assert_error(client.post(f"{API}/{sid}", json={"generation": 1}), 409, "STALE_SANDBOX_ROUTE")
+    sb = Sandbox(client, sid, "scope")
+    assert_error(sb.exec(["true"], generation=1), 409, "STALE_SANDBOX_ROUTE")
+    assert_error(sb.read("/workspace/x", generation=1), 409, "STALE_SANDBOX_ROUTE")
+    r = client.delete(f"{API}/{sid}")
+    assert r.status == 200 and r.body == {"status": "RELEASED"}, r
+    assert_error(client.get(f"{API}/{sid}"), 404, "SANDBOX_NOT_FOUND")  # DELETE created nothing
+
+
+def test_release_ignores_generation_query(ready_sandbox):
+    sb = ready_sandbox
+    r = sb.c.delete(sb.path, params={"generation": 99})
+    assert r.status == 200 and r.body == {"status": "RELEASED"}, r
+    r = sb.route()
+    assert r.body["status"] == "RELEASED" and r.body["generation"] == 2, r

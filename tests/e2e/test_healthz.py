@@ -1,0 +1,100 @@
+"""GET /healthz status document: API.md §3.2, RUNTIME.md §1, §8, §10."""
+
+import re
+
+import pytest
+
+BASIC_FEATURES = {"resource_limits", "no_new_privileges", "uid_separation", "user_namespace",
+                  "mount_namespace", "ipc_namespace", "uts_namespace", "private_tmp",
+                  "readonly_system_mounts"}
+RECLAMATION_DEFAULTS = {
+    "maintenance_interval_seconds": 60.0,
+    "heartbeat_interval_seconds": 10.0,
+    "heartbeat_ttl_seconds": 30,
+    "idle_ttl_seconds": 1800,
+    "orphan_running_grace_seconds": 60,
+    "orphan_release_grace_seconds": 300,
+    "suspended_retention_seconds": 2592000,
+    "orphan_dormant_dir_ttl_seconds": 86400,
+}
+
+
+@pytest.fixture(scope="module")
+def hz(daemon):
+    r = daemon.client().get("/healthz", auth=False)
+    assert r.status == 200 and r.is_json and isinstance(r.body, dict), r
+    return r.body
+
+
+def test_top_level(hz):
+    assert hz["status"] == "ok", hz
+    assert hz["mode"] == "agent-sandbox"
+    assert isinstance(hz["logging"], dict) and isinstance(hz["logging"].get("enabled"), bool)
+    assert "redacted_validation_v1" in hz["api_capabilities"]
+    assert hz["env_type"] == "LOCAL"
+
+
+def test_db(hz, daemon):
+    db = hz["db"]
+    assert db["backend"] == "sqlite", db
+    assert db["source"] == "url", db
+    assert str(daemon.db_path) in db["database"], db
+
+
+def test_worker_identity(hz, daemon):
+    w = hz["worker"]
+    assert w["id"] == f"127.0.0.1-{daemon.port}"
+    assert re.fullmatch(r"[0-9a-f]{32}", w["epoch"]), w["epoch"]
+    assert w["endpoint"] == f"http://127.0.0.1:{daemon.port}"
+    assert w["storage_mode"] == "local"
+    assert w["profile_id"] == "coding-default"
+    assert isinstance(w["profile_hash"], str) and w["profile_hash"]
+    for key in ("running_sessions", "running_execs"):
+        assert isinstance(w[key], int) and w[key] >= 0, (key, w[key])
+    assert isinstance(w["orphan_reaper"], dict)
+
+
+def test_epoch_is_stable_within_a_process(hz, daemon):
+    again = daemon.client().get("/healthz", auth=False).body
+    assert again["worker"]["epoch"] == hz["worker"]["epoch"]
+
+
+def test_capabilities(hz):
+    cap = hz["worker"]["capabilities"]
+    assert cap, "capabilities must be filled once the startup probe finished"
+    level = cap["selected_level"]
+    assert level in ("basic", "standard", "strict"), level
+    feats = cap["features"]
+    assert isinstance(feats, list) and all(isinstance(f, str) for f in feats), feats
+    assert feats == sorted(feats), "features must be sorted"
+    assert BASIC_FEATURES <= set(feats), f"missing basic features: {BASIC_FEATURES - set(feats)}"
+    if level in ("standard", "strict"):
+        assert {"pid_namespace", "private_procfs"} <= set(feats), feats
+    if level == "strict":
+        assert "cgroup_namespace" in feats, feats
+    assert level in cap["supported_levels"], cap["supported_levels"]
+    assert cap["pid_namespace"] == ("pid_namespace" in feats)
+    assert cap["cgroup_namespace"] == ("cgroup_namespace" in feats)
+    assert cap["profile_id"] == "coding-default"
+    assert cap["profile_hash"] == hz["worker"]["profile_hash"]
+    assert cap["network_namespace"] is False  # SANDBOX_NETWORK_MODE defaults to host
+    assert cap["toolchains"]["configured"] == ["python", "node"]
+
+
+def test_reclamation_defaults(hz):
+    rec = hz["worker"]["reclamation"]
+    assert set(rec) == set(RECLAMATION_DEFAULTS), rec
+    for key, value in RECLAMATION_DEFAULTS.items():
+        assert rec[key] == value, f"{key}: {rec[key]!r} != {value!r}"
+        assert not isinstance(rec[key], bool)
+
+
+def test_disk(hz):
+    disk = hz["disk"]
+    assert set(disk) == {"available", "total_bytes", "used_bytes", "free_bytes", "used_percent"}
+    assert isinstance(disk["available"], bool)
+    for key in ("total_bytes", "used_bytes", "free_bytes", "used_percent"):
+        assert isinstance(disk[key], int) and disk[key] >= 0, (key, disk[key])
+    assert disk["total_bytes"] > 0
+    assert disk["used_percent"] == disk["used_bytes"] * 100 // disk["total_bytes"], disk
+    assert 0 <= disk["used_percent"] <= 100

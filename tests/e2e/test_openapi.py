@@ -1,0 +1,104 @@
+"""/openapi.json is complete and accurate: every route it lists exists in
+the router, and every route of this build is listed (COMPAT.md §2)."""
+
+import re
+
+import pytest
+
+from sandloom_client import error_detail
+
+HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+REQUIRED = {
+    ("POST", "/api/v1/sandboxes/resolve"),
+    ("GET", "/api/v1/sandboxes/{}"),
+    ("POST", "/api/v1/sandboxes/{}"),
+    ("DELETE", "/api/v1/sandboxes/{}"),
+    ("GET", "/api/v1/sandboxes/{}/audit"),
+    ("POST", "/api/v1/sandboxes/{}/exec"),
+    ("PUT", "/api/v1/sandboxes/{}/files"),
+    ("GET", "/api/v1/sandboxes/{}/files"),
+    ("GET", "/api/v1/sandboxes/{}/files/list"),
+    ("POST", "/api/v1/sandboxes/{}/files/mkdir"),
+    ("POST", "/api/v1/sandboxes/{}/files/delete"),
+    ("POST", "/api/v1/sandboxes/{}/files/move"),
+}
+PARAM = re.compile(r"\{[^}/]+\}")
+
+
+@pytest.fixture(scope="module")
+def spec(daemon):
+    r = daemon.client().get("/openapi.json", auth=False)
+    assert r.status == 200 and r.is_json and isinstance(r.body, dict), r
+    return r.body
+
+
+def operations(spec):
+    ops = []
+    for path, item in spec.get("paths", {}).items():
+        for method in item:
+            if method.lower() in HTTP_METHODS:
+                ops.append((method.upper(), path))
+    return ops
+
+
+def concrete(path):
+    def sub(m):
+        name = m.group(0)[1:-1]
+        if name == "sandbox_id":
+            return "nosuch-sbx"
+        if name == "exec_id":
+            return "nosuch-exec"
+        return "nosuch"
+    return PARAM.sub(sub, path)
+
+
+def test_info(spec):
+    assert str(spec.get("openapi", "")).startswith("3."), spec.get("openapi")
+    assert spec["info"]["title"] == "Sandloom"
+    assert spec["info"]["version"] == "0.2.0"
+
+
+def test_every_route_of_this_build_is_listed(spec):
+    listed = {(m, PARAM.sub("{}", p)) for m, p in operations(spec)}
+    missing = REQUIRED - listed
+    assert not missing, f"/openapi.json lacks {sorted(missing)}"
+
+
+def test_every_listed_route_exists_in_the_router(spec, daemon):
+    c = daemon.client()
+    ops = operations(spec)
+    assert ops, "no operations listed"
+    problems = []
+    for method, path in ops:
+        url = concrete(path)
+        kw = {}
+        if method in ("POST", "PUT", "PATCH"):
+            kw["json_body"] = {}
+        r = c.request(method, url, **kw)
+        code = None
+        if r.is_json and isinstance(r.body, dict) and isinstance(r.body.get("detail"), dict):
+            code = r.body["detail"].get("code")
+        if r.status == 405 or (r.status == 404 and code == "NOT_FOUND"):
+            problems.append(f"{method} {path} -> {r.status} {code}")
+        if r.status >= 500 and r.status not in (501, 503):
+            problems.append(f"{method} {path} -> {r.status} (server error on a dummy request)")
+        if r.status >= 400 and not path.startswith("/mcp"):
+            try:
+                error_detail(r)  # every error keeps the one JSON shape
+            except AssertionError as e:
+                problems.append(f"{method} {path} -> error body shape: {e}")
+    assert not problems, "/openapi.json routes misbehave:\n" + "\n".join(problems)
+
+
+def test_every_listed_api_route_needs_the_token(spec, daemon):
+    c = daemon.client()
+    for method, path in operations(spec):
+        if not path.startswith("/api/v1/"):
+            continue
+        kw = {"auth": False}
+        if method in ("POST", "PUT", "PATCH"):
+            kw["json_body"] = {}
+        r = c.request(method, concrete(path), **kw)
+        assert r.status == 401, f"{method} {path} without a token -> {r!r}"
+        assert error_detail(r)["code"] == "SANDBOX_UNAUTHORIZED"
+
