@@ -154,6 +154,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_data_size > 0) {
+        /* A chunked body that grows past the cap is discarded as it arrives
+         * (memory stays bounded) and answered 413 once the client has sent
+         * it: answering mid-upload makes most clients see a reset, not 413. */
         if (!st->too_large && sl_buf_append(&st->body, upload_data, *upload_data_size) < 0) {
             st->too_large = true;
             sl_buf_free(&st->body);
@@ -254,7 +257,10 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, NULL,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)SL_HTTP_MAX_CONNECTIONS,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+        /* Larger per-connection buffers mean fewer upload callbacks for the
+         * 45 MiB file bodies the API allows. */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!http->daemon) {
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",

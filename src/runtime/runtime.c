@@ -164,7 +164,8 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
     static char *const no_env[] = {NULL};
 
     int64_t start_us = sl_mono_us();
-    int64_t deadline_us = start_us + req->timeout_ms * 1000;
+    int64_t timeout_ms = req->timeout_ms < INT64_MAX / 4000 ? req->timeout_ms : INT64_MAX / 4000;
+    int64_t deadline_us = start_us + timeout_ms * 1000;
     struct sl_spawn_request sreq = {
         .sandbox_root = req->sandbox_root,
         .uid = req->uid,
@@ -176,8 +177,21 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
         .deadline_us = deadline_us,
     };
     struct sl_spawn_proc proc;
-    if (sl_spawn_start(&rt->layout, &sreq, &proc, err) < 0)
+    struct sl_error spawn_err;
+    sl_error_clear(&spawn_err);
+    if (sl_spawn_start(&rt->layout, &sreq, &proc, &spawn_err) < 0) {
+        if (spawn_err.errnum == ETIMEDOUT) {
+            /* The deadline passed while the sandbox was being built: the
+             * same outcome as a command killed at its deadline. */
+            res->timed_out = true;
+            res->exit_code = -SIGKILL;
+            res->duration_ms = (sl_mono_us() - start_us) / 1000;
+            return 0;
+        }
+        if (err)
+            *err = spawn_err;
         return -1;
+    }
     atomic_fetch_add(&rt->running, 1);
     supervise(&proc, req, deadline_us, res, chunk);
     siginfo_t si;

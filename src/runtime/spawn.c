@@ -846,7 +846,7 @@ static void kill_and_reap(int pidfd)
 {
     siginfo_t si;
     (void)sl_pidfd_send_signal(pidfd, SIGKILL);
-    while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR)
+    while (waitid(P_PIDFD, (id_t)pidfd, &si, WEXITED) < 0 && errno == EINTR)
         ;
 }
 
@@ -948,9 +948,10 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
                  (req->pid_ns ? CLONE_NEWPID : 0) | (req->cgroup_ns ? CLONE_NEWCGROUP : 0) |
                  (req->net_ns ? CLONE_NEWNET : 0),
         .pidfd = (uint64_t)(uintptr_t)&pidfd,
-        /* No exit signal: a daemon-wide waitpid(-1) or an ignored SIGCHLD
-         * can then never reap our child behind our back (we use __WALL). */
-        .exit_signal = 0,
+        /* exec resets any other exit signal to SIGCHLD anyway. The daemon
+         * must therefore neither ignore SIGCHLD nor reap with waitpid(-1):
+         * each execution is reaped here, through its pidfd. */
+        .exit_signal = SIGCHLD,
     };
     /* No handler of the daemon may run in the child before it resets them. */
     sigset_t all, saved;
@@ -1015,7 +1016,7 @@ int sl_spawn_reap(struct sl_spawn_proc *proc, siginfo_t *si)
     int rc;
     memset(si, 0, sizeof(*si));
     do
-        rc = waitid(P_PIDFD, (id_t)proc->pidfd, si, WEXITED | __WALL);
+        rc = waitid(P_PIDFD, (id_t)proc->pidfd, si, WEXITED);
     while (rc < 0 && errno == EINTR);
     int saved = errno;
     if (proc->pidfd >= 0)

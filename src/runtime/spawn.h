@@ -71,8 +71,9 @@ struct sl_spawn_proc {
 };
 
 /* 0 when sandloom-init was executed (the caller owns proc), -1 with err
- * (SANDBOX_RUNTIME_ERROR) when the sandbox could not be set up; then no
- * process and no descriptor is left behind. */
+ * (SANDBOX_RUNTIME_ERROR) when the sandbox could not be set up, errnum
+ * ETIMEDOUT when the deadline passed first; then no process and no
+ * descriptor is left behind. */
 int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_request *req,
                    struct sl_spawn_proc *proc, struct sl_error *err);
 

@@ -18,11 +18,14 @@
 
 static json_t *exec_view(const struct sl_exec_record *e, bool with_duration, int64_t duration_ms)
 {
-    return json_pack("{s:s,s:s,s:o,s:s,s:s,s:o,s:b}", "exec_id", e->exec_id, "status", e->status,
-                     "exit_code", sl_json_int_or_null(e->exit_code, !e->has_exit_code), "stdout",
-                     e->stdout_text ? e->stdout_text : "", "stderr",
-                     e->stderr_text ? e->stderr_text : "", "duration_ms",
-                     sl_json_int_or_null(duration_ms, !with_duration), "truncated", e->truncated);
+    /* Lengths, not C strings: output is data and may contain NUL. */
+    return json_pack("{s:s,s:s,s:o,s:s%,s:s%,s:o,s:b}", "exec_id", e->exec_id, "status",
+                     e->status, "exit_code", sl_json_int_or_null(e->exit_code, !e->has_exit_code),
+                     "stdout", e->stdout_text ? e->stdout_text : "",
+                     e->stdout_text ? e->stdout_len : 0, "stderr",
+                     e->stderr_text ? e->stderr_text : "", e->stderr_text ? e->stderr_len : 0,
+                     "duration_ms", sl_json_int_or_null(duration_ms, !with_duration), "truncated",
+                     e->truncated);
 }
 
 /* "{'A', 'B'}" — the reference prints a Python set; sorted for stability. */
@@ -55,8 +58,11 @@ static void record_failure(struct sl_exec_record *rec, const char *kind, const c
     rec->has_exit_code = false;
     free(rec->stderr_text);
     rec->stderr_text = NULL;
-    if (asprintf(&rec->stderr_text, "%s: %s", kind, message) < 0)
+    int n = asprintf(&rec->stderr_text, "%s: %s", kind, message);
+    if (n < 0)
         rec->stderr_text = NULL;
+    rec->stderr_len = n < 0 ? 0 : (size_t)n;
+    rec->stdout_len = 0;
 }
 
 /* Take the sandbox execution locks of §4.4: unscoped = global exclusive,
@@ -151,8 +157,10 @@ static void run_command(struct sl_service *svc, const char *sandbox_id, uid_t ui
     rec->truncated = res.truncated;
     snprintf(rec->status, sizeof(rec->status), "%s",
              res.timed_out ? "TIMED_OUT" : res.exit_code == 0 ? "SUCCEEDED" : "FAILED");
-    rec->stdout_text = sl_utf8_repair(res.out.data ? res.out.data : "", res.out.len, NULL);
-    rec->stderr_text = sl_utf8_repair(res.err.data ? res.err.data : "", res.err.len, NULL);
+    rec->stdout_text =
+        sl_utf8_repair(res.out.data ? res.out.data : "", res.out.len, &rec->stdout_len);
+    rec->stderr_text =
+        sl_utf8_repair(res.err.data ? res.err.data : "", res.err.len, &rec->stderr_len);
     *duration_ms = res.duration_ms;
     sl_rt_exec_result_free(&res);
 }

@@ -298,6 +298,15 @@ static void bind_text(struct binder *b, int i, const char *v)
     b->rc = v ? sqlite3_bind_text(b->stmt, i, v, -1, SQLITE_STATIC) : sqlite3_bind_null(b->stmt, i);
 }
 
+/* Text with an explicit length: command output may contain NUL bytes. */
+static void bind_text_n(struct binder *b, int i, const char *v, size_t len)
+{
+    if (b->rc != SQLITE_OK)
+        return;
+    b->rc = v ? sqlite3_bind_text64(b->stmt, i, v, len, SQLITE_STATIC, SQLITE_UTF8)
+              : sqlite3_bind_null(b->stmt, i);
+}
+
 static void bind_int64(struct binder *b, int i, int64_t v)
 {
     if (b->rc == SQLITE_OK)
@@ -361,6 +370,30 @@ static char *read_str(struct reader *r, int i, bool nullable)
     char *copy = strdup((const char *)v);
     if (!copy)
         r->oom = true;
+    return copy;
+}
+
+/* Nullable text that may hold NUL bytes; *len gets its byte length. */
+static char *read_blob_text(struct reader *r, int i, size_t *len)
+{
+    *len = 0;
+    if (read_failed(r))
+        return NULL;
+    const unsigned char *v = sqlite3_column_text(r->stmt, i);
+    if (!v) {
+        if (sqlite3_column_type(r->stmt, i) != SQLITE_NULL)
+            r->oom = true;
+        return NULL;
+    }
+    size_t n = (size_t)sqlite3_column_bytes(r->stmt, i);
+    char *copy = malloc(n + 1);
+    if (!copy) {
+        r->oom = true;
+        return NULL;
+    }
+    memcpy(copy, v, n);
+    copy[n] = '\0';
+    *len = n;
     return copy;
 }
 
@@ -488,8 +521,8 @@ static int exec_read(sqlite3_stmt *stmt, struct sl_exec_record *out, struct sl_e
     out->exec_scope = read_str(&r, 6, true);
     out->has_exit_code = sqlite3_column_type(stmt, 7) != SQLITE_NULL;
     out->exit_code = (int)read_int64(&r, 7, 0);
-    out->stdout_text = read_str(&r, 8, true);
-    out->stderr_text = read_str(&r, 9, true);
+    out->stdout_text = read_blob_text(&r, 8, &out->stdout_len);
+    out->stderr_text = read_blob_text(&r, 9, &out->stderr_len);
     out->truncated = read_int64(&r, 10, 0) != 0;
     out->started_at = read_ts(&r, 11);
     out->finished_at = read_ts(&r, 12);
@@ -947,8 +980,8 @@ static int finish_record(struct sqlite_store *st, const struct sl_exec_record *r
         bind_int64(&b, 4, rec->exit_code);
     else
         bind_text(&b, 4, NULL);
-    bind_text(&b, 5, rec->stdout_text);
-    bind_text(&b, 6, rec->stderr_text);
+    bind_text_n(&b, 5, rec->stdout_text, rec->stdout_len);
+    bind_text_n(&b, 6, rec->stderr_text, rec->stderr_len);
     bind_int64(&b, 7, rec->truncated ? 1 : 0);
     bind_ts(&b, 8, rec->finished_at ? rec->finished_at : now, false);
     if (bind_done(st, &b, err) < 0)

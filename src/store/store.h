@@ -15,6 +15,7 @@
 #define SL_STORE_STORE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -62,8 +63,9 @@ struct sl_exec_record {
     char *exec_scope;    /* NULL = unscoped */
     bool has_exit_code;
     int exit_code;
-    char *stdout_text;   /* NULL allowed */
-    char *stderr_text;   /* NULL allowed */
+    char *stdout_text;   /* NULL allowed; may hold NUL bytes (decoded output) */
+    char *stderr_text;   /* NULL allowed; may hold NUL bytes */
+    size_t stdout_len, stderr_len; /* byte lengths of the two texts */
     bool truncated;
     int64_t started_at;  /* 0 = NULL */
     int64_t finished_at; /* 0 = NULL */

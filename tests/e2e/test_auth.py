@@ -1,5 +1,7 @@
 """Authentication (API.md §0.2) and the public paths that need no token."""
 
+import uuid
+
 import pytest
 
 from sandloom_client import API, assert_error
@@ -74,7 +76,7 @@ def test_every_api_route_needs_the_token(client, ready_sandbox, variant):
 
 
 def test_unauthenticated_resolve_creates_nothing(client):
-    sid = "auth-nothing-1234"
+    sid = "auth-nothing-" + uuid.uuid4().hex[:12]
     r = client.post(f"{API}/resolve", json={"sandbox_id": sid, "workspace_scope_id": "s"},
                     auth=False)
     assert_error(r, 401, "SANDBOX_UNAUTHORIZED", AUTH_MESSAGE)

@@ -45,6 +45,7 @@ def test_missing_body_is_422(client, new_sandbox):
 # -- field validation, never echoing the value -------------------------------
 def test_resolve_field_validation(client):
     m = marker()
+    vid = "valid-" + uuid.uuid4().hex[:12]
     cases = [
         ({"sandbox_id": f"bad id/{m}", "workspace_scope_id": "s"}, "sandbox_id"),
         ({"sandbox_id": f"{m}!", "workspace_scope_id": "s"}, "sandbox_id"),
@@ -52,17 +53,17 @@ def test_resolve_field_validation(client):
         ({"sandbox_id": "a" * 129, "workspace_scope_id": "s"}, "sandbox_id"),
         ({"sandbox_id": 12345, "workspace_scope_id": "s"}, "sandbox_id"),
         ({"workspace_scope_id": "s"}, "sandbox_id"),
-        ({"sandbox_id": "valid-id-1", "workspace_scope_id": ""}, "workspace_scope_id"),
-        ({"sandbox_id": "valid-id-1", "workspace_scope_id": m * 20}, "workspace_scope_id"),
-        ({"sandbox_id": "valid-id-1"}, "workspace_scope_id"),
-        ({"sandbox_id": "valid-id-1", "workspace_scope_id": "s", "profile": ""}, "profile"),
-        ({"sandbox_id": "valid-id-1", "workspace_scope_id": "s", "profile": m * 6}, "profile"),
+        ({"sandbox_id": vid, "workspace_scope_id": ""}, "workspace_scope_id"),
+        ({"sandbox_id": vid, "workspace_scope_id": m * 20}, "workspace_scope_id"),
+        ({"sandbox_id": vid}, "workspace_scope_id"),
+        ({"sandbox_id": vid, "workspace_scope_id": "s", "profile": ""}, "profile"),
+        ({"sandbox_id": vid, "workspace_scope_id": "s", "profile": m * 6}, "profile"),
     ]
     for body, field in cases:
         r = client.post(f"{API}/resolve", json=body)
         assert_invalid(r, field)
         assert_not_echoed(r, m)
-    assert_error(client.get(f"{API}/valid-id-1"), 404, "SANDBOX_NOT_FOUND")
+    assert_error(client.get(f"{API}/{vid}"), 404, "SANDBOX_NOT_FOUND")
 
 
 def test_generation_type_and_range(client, new_sandbox):
@@ -274,3 +275,70 @@ def test_error_bodies_are_json_objects(client):
         body = json.loads(r.raw)
         assert set(body) == {"detail"}, body
         assert {"code", "message"} <= set(body["detail"]), body
+
+
+def test_chunked_body_over_the_cap_is_413(daemon):
+    """The cap also holds for a body without Content-Length (chunked)."""
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=30)
+    try:
+        s.sendall((f"POST {API}/resolve HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Authorization: Bearer {daemon.token}\r\nContent-Type: application/json\r\n"
+                   f"Transfer-Encoding: chunked\r\n\r\n").encode())
+        chunk = b"x" * (1024 * 1024)
+        try:
+            for _ in range(BODY_CAP // len(chunk) + 2):
+                s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+            s.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # refused early: fine
+        resp = http.client.HTTPResponse(s, method="POST")
+        resp.begin()
+        try:
+            raw = resp.read()
+        except (ConnectionResetError, http.client.IncompleteRead) as e:
+            raw = getattr(e, "partial", b"")
+        r = Resp(resp.status, resp.headers, raw)
+    finally:
+        s.close()
+    assert_error(r, 413, "SANDBOX_REQUEST_TOO_LARGE")
+
+
+def test_expect_100_continue(daemon, ready_sandbox):
+    """curl sends `Expect: 100-continue` for larger bodies."""
+    body = json.dumps({"generation": ready_sandbox.generation, "path": "/workspace/expect.bin",
+                       "content_base64": "QUJD" * 2000}).encode()
+    s = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+    try:
+        s.sendall((f"PUT {ready_sandbox.path}/files HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                   f"Authorization: Bearer {daemon.token}\r\nContent-Type: application/json\r\n"
+                   f"Expect: 100-continue\r\nContent-Length: {len(body)}\r\n\r\n").encode())
+        interim = s.recv(64)
+        assert interim.startswith(b"HTTP/1.1 100"), interim
+        s.sendall(body)
+        resp = http.client.HTTPResponse(s, method="PUT")
+        resp.begin()
+        r = Resp(resp.status, resp.headers, resp.read())
+    finally:
+        s.close()
+    assert r.status == 200, r
+    assert ready_sandbox.read_bytes("/workspace/expect.bin") == b"ABC" * 2000
+
+
+def test_persistent_connection(daemon, ready_sandbox):
+    """Several requests, errors included, over one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=10)
+    auth = {"Authorization": "Bearer " + daemon.token, "Content-Type": "application/json"}
+    try:
+        seq = [("GET", "/health", None, 200), ("POST", f"{API}/resolve", "{bad", 422),
+               ("GET", ready_sandbox.path, None, 200), ("GET", f"{API}/nosuch-zz", None, 404),
+               ("POST", ready_sandbox.path + "/exec",
+                json.dumps({"exec_id": "ka-" + uuid.uuid4().hex[:8], "generation": 1,
+                            "argv": ["echo", "ka"]}), 200),
+               ("GET", "/healthz", None, 200)]
+        for method, path, body, status in seq:
+            conn.request(method, path, body=body, headers=auth)
+            r = conn.getresponse()
+            raw = r.read()
+            assert r.status == status, (method, path, r.status, raw[:300])
+    finally:
+        conn.close()

@@ -1,5 +1,6 @@
 """Execution semantics: API.md §3.9, §4.2–§4.5, RUNTIME.md §4–§7."""
 
+import os
 import time
 import uuid
 
@@ -10,6 +11,24 @@ DEFAULT_PATH = ("/opt/agent-sandbox/python-runtime/bin:/envs/uv-tools/bin:/envs/
                 "/envs/npm-global/bin:/envs/pnpm:/home/sandbox/.local/bin:/usr/local/bin:"
                 "/usr/bin:/bin")
 EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated"}
+
+
+def sandbox_processes(uid, needle):
+    """Host processes owned by the sandbox uid whose command line contains needle."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if needle in cmd:
+            found.append((int(pid), cmd.replace(b"\0", b" ").decode(errors="replace")))
+    return found
 
 
 def run(sb, argv, **kw):
@@ -136,6 +155,14 @@ def test_timeout_kills_the_command(ready_sandbox):
     elapsed = time.monotonic() - t0
     assert b["status"] == "TIMED_OUT", b
     assert elapsed < 4.5, f"timeout 1 s but the call took {elapsed:.1f} s"
+    # The command's process tree is gone (no stray `sleep 5` of the sandbox uid).
+    deadline = time.monotonic() + 3
+    while True:
+        left = sandbox_processes(ready_sandbox.uid, b"sleep")
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert not left, f"processes of the timed-out command survive: {left}"
     # The route is usable again afterwards.
     r = ready_sandbox.route()
     assert r.status == 200 and r.body["status"] == "READY", r
@@ -147,3 +174,30 @@ def test_unknown_command_fails_without_hanging(ready_sandbox):
     b = run(ready_sandbox, ["definitely-not-a-command-" + uuid.uuid4().hex[:8]])
     assert b["status"] == "FAILED", b
     assert b["exit_code"] != 0, b
+
+
+def test_output_bytes_are_preserved(ready_sandbox):
+    """stdout/stderr are decoded as UTF-8 with U+FFFD replacement; a NUL byte
+    is ordinary data and must not cut the stream short (API.md §4.2)."""
+    exec_id = "bytes-" + uuid.uuid4().hex[:8]
+    b = run(ready_sandbox, ["sh", "-c", "printf 'a\\000b\\377c\\n'; printf '\\303\\251\\n' >&2"],
+            exec_id=exec_id)
+    assert b["status"] == "SUCCEEDED", b
+    assert b["stdout"] == "a\u0000b\ufffdc\n", f"stdout mangled: {b['stdout']!r}"
+    assert b["stderr"] == "\u00e9\n", f"stderr mangled: {b['stderr']!r}"
+    again = run(ready_sandbox, ["true"], exec_id=exec_id)
+    assert again["stdout"] == "a\u0000b\ufffdc\n", f"stored stdout mangled: {again['stdout']!r}"
+
+
+def test_unicode_and_newlines_in_argv_and_env(ready_sandbox):
+    b = run(ready_sandbox, ["sh", "-c", 'printf "%s|%s" "$1" "$V"', "sh", "h\u00e9llo \u2713 $HOME"],
+            env={"V": "line1\nline2 \u00fc"})
+    assert b["status"] == "SUCCEEDED", b
+    assert b["stdout"] == "h\u00e9llo \u2713 $HOME|line1\nline2 \u00fc", b
+
+
+def test_stdin_is_not_connected(ready_sandbox):
+    t0 = time.monotonic()
+    b = run(ready_sandbox, ["cat"], timeout_seconds=10)
+    assert b["status"] == "SUCCEEDED" and b["stdout"] == "", b
+    assert time.monotonic() - t0 < 5, "cat waited for stdin: it must see EOF at once"

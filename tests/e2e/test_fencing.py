@@ -1,5 +1,6 @@
 """Generation fencing and route lookups: API.md §2.2, §3.5–§3.8, §3.14."""
 
+import threading
 import uuid
 
 from sandloom_client import API, Sandbox, assert_error
@@ -97,3 +98,46 @@ def test_release_ignores_generation_query(ready_sandbox):
     assert r.status == 200 and r.body == {"status": "RELEASED"}, r
     r = sb.route()
     assert r.body["status"] == "RELEASED" and r.body["generation"] == 2, r
+
+
+def test_reserved_sandbox_ids_never_reach_the_disk(daemon, client):
+    """.trash and .staging are service directories under the workspace root
+    (RUNTIME.md §9): refused at resolve, or at connect at the latest."""
+    for sid in (".trash", ".staging"):
+        sb = Sandbox(client, sid, "scope-" + uuid.uuid4().hex[:6])
+        r = sb.resolve()
+        if r.status == 200:
+            r = sb.connect()
+        assert_error(r, 400, "SANDBOX_INVALID_ARGUMENT", "sandbox id uses a reserved name")
+        p = daemon.sandbox_root / sid
+        assert not (p / "workspace").exists(), f"a sandbox tree was created in {p}"
+
+
+def test_concurrent_resolves(client):
+    """Racing resolves of one new id agree on one route; different ids get
+    different uids (API.md §3.5 step 2)."""
+    sid = "race-" + uuid.uuid4().hex[:10]
+    answers = []
+
+    def go(target, i):
+        answers.append((target, client.post(f"{API}/resolve", json={
+            "sandbox_id": target, "workspace_scope_id": "race-scope"})))
+
+    threads = [threading.Thread(target=go, args=(sid, i)) for i in range(8)]
+    others = [f"race-{uuid.uuid4().hex[:10]}" for _ in range(12)]
+    threads += [threading.Thread(target=go, args=(o, 0)) for o in others]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(answers) == 20
+    for _, r in answers:
+        assert r.status == 200, r
+    same = [r.body for target, r in answers if target == sid]
+    assert all(b == same[0] for b in same), f"racing resolves disagree: {same}"
+    assert same[0]["generation"] == 1
+    uids = {r.body["sandbox_uid"] for target, r in answers if target != sid}
+    uids.add(same[0]["sandbox_uid"])
+    assert len(uids) == 13, "every sandbox id gets its own uid"
+    for target in {sid, *others}:
+        client.delete(f"{API}/{target}")

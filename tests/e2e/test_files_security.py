@@ -131,6 +131,25 @@ def test_symlinks_are_never_followed(daemon, ready_sandbox, canary):
     assert os.path.isfile("/etc/passwd") and sha("/etc/passwd") == passwd_hash
     assert os.path.isdir("/etc")
 
+    # Writing below a link that points inside the workspace is refused too.
+    assert_bad_arg(sb.write("/workspace/inner-link/g.txt", b"x"), one_of=SYMLINK_MSGS)
+
+    # overwrite=true onto a link to a directory replaces the link, never the target tree.
+    r = sb.exec(["ln", "-s", str(cdir), "/workspace/dir-link2"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.move("/workspace/stuff.txt", "/workspace/dir-link2", overwrite=True)
+    assert r.status == 200, r
+    assert_canary_intact(canary)
+    assert sb.read_bytes("/workspace/dir-link2") == b"stuff"
+
+    # Recursive delete of a tree holding a link to the outside removes the link only.
+    assert sb.mkdir("/workspace/tree/sub", parents=True).status == 200
+    r = sb.exec(["ln", "-s", str(cdir), "/workspace/tree/sub/link"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.rm("/workspace/tree", recursive=True)
+    assert r.status == 200, r
+    assert_canary_intact(canary)
+
     # A link can be moved as a link.
     r = sb.move("/workspace/file-link", "/workspace/file-link2")
     assert r.status == 200, r
@@ -228,3 +247,52 @@ def test_list_paging(ready_sandbox):
     assert r.body["has_more"] is False, r
     r = sb.list("/workspace/page", offset=10)
     assert r.body["entries"] == [] and r.body["total"] == 5, r
+
+
+def test_names_needing_url_encoding_round_trip(ready_sandbox):
+    """Query strings are decoded exactly once: '+' is a space only when the
+    client encodes a space that way, %2B is a literal '+'."""
+    sb = ready_sandbox
+    names = ["a b.txt", "p+q.txt", "\u00fc-\u00f1-\u2713.txt", "100%.txt", "x&y=z#?.txt", "semi;colon"]
+    for n in names:
+        assert sb.write(f"/workspace/enc/{n}", n.encode()).status == 200, n
+    for n in names:
+        r = sb.read(f"/workspace/enc/{n}")
+        assert r.status == 200, (n, r)
+        assert r.body["path"] == f"/workspace/enc/{n}"
+        assert sb.read_bytes(f"/workspace/enc/{n}") == n.encode(), n
+    r = sb.list("/workspace/enc")
+    assert sorted(e["name"] for e in r.body["entries"]) == sorted(names, key=lambda x: x.encode())
+    assert [e["name"] for e in r.body["entries"]] == sorted(names, key=lambda x: x.encode()), \
+        "entries are sorted by name in byte order"
+
+
+def test_file_api_size_limit(daemon_factory):
+    from sandloom_client import Sandbox
+    limit = 1024 * 1024
+    d = daemon_factory({"SANDBOX_MAX_FILE_API_BYTES": str(limit)})
+    sb = Sandbox(d.client(), "size-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    assert sb.write("/workspace/exact", b"\x01" * limit).status == 200
+    assert sb.read_bytes("/workspace/exact") == b"\x01" * limit
+    too_big = "file exceeds the sandbox File API size limit"
+    assert_bad_arg(sb.write("/workspace/over", b"\x01" * (limit + 1)), too_big)
+    r = sb.list("/workspace")
+    assert [e["name"] for e in r.body["entries"]] == ["exact"], "a refused write leaves nothing"
+    r = sb.exec(["sh", "-c", f"head -c {limit + 1} /dev/zero > /workspace/made-inside"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    assert_bad_arg(sb.read("/workspace/made-inside"), too_big)
+
+
+def test_list_is_capped_at_max_entries(ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sh", "-c", "mkdir /workspace/many && cd /workspace/many && i=0; "
+                             "while [ $i -lt 1005 ]; do : > f$i; i=$((i+1)); done"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.list("/workspace/many", limit=5000)
+    assert r.status == 200, r
+    assert len(r.body["entries"]) == 1000, "SANDBOX_MAX_LIST_ENTRIES (1000) caps a page"
+    assert r.body["total"] == 1005 and r.body["has_more"] is True, \
+        {k: v for k, v in r.body.items() if k != "entries"}
+    r = sb.list("/workspace/many", limit=5000, offset=1000)
+    assert len(r.body["entries"]) == 5 and r.body["has_more"] is False

@@ -4,10 +4,13 @@ host sees on disk (RUNTIME.md §9, API.md §5.2)."""
 import base64
 import hashlib
 import os
+import re
 import socket
 import stat
 
 from sandloom_client import NAIVE_TS, assert_bad_arg, assert_error
+
+OFFSET_TS = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 
 RESOLVE_FIELDS = {"sandbox_id", "worker_id", "worker_epoch", "worker_endpoint", "generation",
                   "sandbox_uid", "status", "storage_mode"}
@@ -88,9 +91,22 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     assert_error(sb.exec(["true"]), 409, "STALE_SANDBOX_GENERATION")
 
     # -- connect ----------------------------------------------------------
+    sessions_before = client.get("/healthz", auth=False).body["worker"]["running_sessions"]
     r = sb.connect()
     assert r.status == 200, r
     assert r.body == {"sandbox_id": sb.id, "generation": 1, "uid": uid, "status": "READY"}, r
+    sessions_live = client.get("/healthz", auth=False).body["worker"]["running_sessions"]
+    assert sessions_live == sessions_before + 1, (sessions_before, sessions_live)
+    r = sb.connect()
+    assert r.status == 200 and r.body["generation"] == 1, "connect is idempotent"
+
+    r = sb.audit()
+    assert r.status == 200, r
+    assert r.body["status"] == "READY" and r.body["history"] == []
+    assert isinstance(r.body["active_duration_ms"], int) and r.body["active_duration_ms"] >= 0
+    for key in ("first_created_at", "generation_started_at", "ready_at", "last_active_at"):
+        assert isinstance(r.body[key], str) and OFFSET_TS.match(r.body[key]), \
+            f"audit {key} must carry a UTC offset: {r.body[key]!r}"
 
     rec = check_route_record(sb.route(), sb, "READY", 1)
     assert rec["ready_at"] is not None
@@ -173,9 +189,16 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     assert "proj" not in [e["name"] for e in r.body["entries"]], r
 
     # -- release ------------------------------------------------------------
+    r = sb.exec(["sh", "-c", "echo h > /home/sandbox/h && echo c > /cache/c && echo e > /envs/e"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
     r = sb.release()
     assert r.status == 200, r
     assert r.body == {"status": "RELEASED"}
+    assert not (daemon.sandbox_root / sb.id / "workspace" / "proj").exists()
+    assert not (daemon.sandbox_root / sb.id / "cache" / "c").exists(), \
+        "release destroys the sandbox directories"
+    sessions_after = client.get("/healthz", auth=False).body["worker"]["running_sessions"]
+    assert sessions_after == sessions_before, (sessions_before, sessions_after)
 
     rec = check_route_record(sb.route(), sb, "RELEASED", 2)
     assert rec["last_release_reason"] == "CLIENT_RELEASE", rec
@@ -183,6 +206,11 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     assert rec["last_released_by"] == f"workspace:{sb.scope}", rec
     assert rec["last_released_at"] is not None
     assert len(rec["lifecycle_history"]) == 1, rec
+    entry = rec["lifecycle_history"][0]
+    assert entry["release_reason"] == "CLIENT_RELEASE" and entry["generation"] == 1, entry
+    assert OFFSET_TS.match(entry["released_at"]), f"history timestamps end in Z: {entry!r}"
+    assert rec["last_lifetime_ms"] == entry["lifetime_ms"], rec
+    assert rec["total_lifetime_ms"] == entry["lifetime_ms"], rec
 
     r = sb.audit()
     assert r.status == 200, r
@@ -219,6 +247,12 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     r = sb.list("/workspace")
     assert r.status == 200, r
     assert r.body["entries"] == [] and r.body["total"] == 0, f"workspace must be empty: {r!r}"
+    r = sb.exec(["sh", "-c", "ls -A /cache /envs; ls -A /home/sandbox | grep -vx .profile; true"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    assert r.body["stdout"].split() == ["/cache:", "/envs:"], \
+        f"a new generation starts with empty directories: {r.body['stdout']!r}"
+    r = sb.audit()
+    assert r.body["lifecycle_count"] == 2 and len(r.body["history"]) == 1, r
 
 
 def _owner_mode(path):

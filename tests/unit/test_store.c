@@ -245,6 +245,7 @@ static void finish(struct sl_store *s, const char *sandbox_id, const char *exec_
     rec.has_exit_code = exit_code >= 0;
     rec.exit_code = exit_code;
     rec.stdout_text = xdup("out\n");
+    rec.stdout_len = 4;
     rec.stderr_text = xdup("");
     rec.truncated = true;
     rec.finished_at = now;
