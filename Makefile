@@ -4,7 +4,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 STATE ?= $(CURDIR)/state
 
-.PHONY: all build deps deps-build run test unit e2e sanitize clean format
+.PHONY: all build deps deps-build run test unit e2e bench sanitize clean format
 
 all: build
 
@@ -39,6 +39,10 @@ unit: build
 
 e2e: build
 	python3 -m pytest -q tests/e2e
+
+# Speed figures beside a baseline measured in the same run (not a test).
+bench: build
+	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500
 
 # ASan + UBSan build of everything, running the unit tests.
 sanitize: deps

@@ -13,7 +13,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "runtime/runtime.h"
-#include "workspace/files.h"
+#include <sys/stat.h>
 
 static const char *const GUIDANCE[] = {
     "Run sandloomd as root on a Linux host with user namespaces enabled.",
@@ -45,7 +45,7 @@ int main(int argc, char **argv)
         json_array_append_new(errors, json_string(err.message));
     } else if (geteuid() != 0) {
         json_array_append_new(errors, json_string("the probe needs root (effective uid 0)"));
-    } else if (!(dir = mkdtemp(tmpl))) {
+    } else if (!(dir = mkdtemp(tmpl)) || chmod(dir, 0711) < 0) {
         json_array_append_new(errors, json_string("cannot create a temporary probe directory"));
     } else {
         json_object_set_new(report, "requested_policy",

@@ -69,6 +69,10 @@ int main(int argc, char **argv)
     }
 
     pid_t self = getpid();
+    /* Without a PID namespace, orphans of the command come to us rather
+     * than to the host's init: we reap them like PID 1 does. */
+    if (self != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     pid_t child = fork();
     if (child < 0) {
         fprintf(stderr, "sandloom-init: cannot fork: %s\n", strerror(errno));

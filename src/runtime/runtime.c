@@ -249,8 +249,13 @@ static int parse_level(const char *text, int *level)
     static const struct {
         const char *name;
         int level;
-    } names[] = {{"auto", -1}, {"", -1}, {"basic", LEVEL_BASIC}, {"1", LEVEL_BASIC},
-                 {"standard", LEVEL_STANDARD}, {"2", LEVEL_STANDARD}, {"strict", LEVEL_STRICT},
+    } names[] = {{"auto", -1},
+                 {"", -1},
+                 {"basic", LEVEL_BASIC},
+                 {"1", LEVEL_BASIC},
+                 {"standard", LEVEL_STANDARD},
+                 {"2", LEVEL_STANDARD},
+                 {"strict", LEVEL_STRICT},
                  {"3", LEVEL_STRICT}};
     for (size_t i = 0; i < SL_ARRAY_LEN(names); i++)
         if (strcasecmp(buf, names[i].name) == 0 && !*p) {
@@ -313,15 +318,21 @@ static void stderr_tail(const struct sl_buf *b, char *out, size_t size)
     out[end - start] = '\0';
 }
 
-static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_t uid,
-                        char *detail, size_t size)
+static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_t uid, char *detail,
+                        size_t size)
 {
     char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)"true", NULL};
     char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"HOME=/home/sandbox",
                     (char *)"LANG=C.UTF-8", NULL};
     struct sl_rt_exec_request req = {
-        .sandbox_root = root, .uid = uid, .argv = argv, .cwd = "/workspace", .envp = envp,
-        .timeout_ms = PROBE_TIMEOUT_MS, .grace_ms = 1000, .max_output_bytes = 8192,
+        .sandbox_root = root,
+        .uid = uid,
+        .argv = argv,
+        .cwd = "/workspace",
+        .envp = envp,
+        .timeout_ms = PROBE_TIMEOUT_MS,
+        .grace_ms = 1000,
+        .max_output_bytes = 8192,
     };
     struct sl_rt_exec_result res;
     struct sl_error e;
@@ -367,9 +378,9 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     struct sl_rt_profile *pr = &rt->profile;
     int best = -1;
     for (int level = LEVEL_STRICT; level >= LEVEL_BASIC; level--) {
-        pr->supported[level] = probe_level(rt, level, probe_dir, opt->probe_uid,
-                                           pr->probe_failure[level],
-                                           sizeof(pr->probe_failure[level]));
+        pr->supported[level] =
+            probe_level(rt, level, probe_dir, opt->probe_uid, pr->probe_failure[level],
+                        sizeof(pr->probe_failure[level]));
         if (pr->supported[level] && best < 0)
             best = level;
     }

@@ -26,6 +26,7 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,9 +51,12 @@ static const char *const rw_dsts[] = {NEWROOT "/workspace", NEWROOT "/home/sandb
 
 /* Host device nodes visible in the synthetic /dev (bubblewrap's --dev set). */
 static const char *const dev_nodes[][2] = {
-    {OLDROOT "/dev/null", NEWROOT "/dev/null"},       {OLDROOT "/dev/zero", NEWROOT "/dev/zero"},
-    {OLDROOT "/dev/full", NEWROOT "/dev/full"},       {OLDROOT "/dev/random", NEWROOT "/dev/random"},
-    {OLDROOT "/dev/urandom", NEWROOT "/dev/urandom"}, {OLDROOT "/dev/tty", NEWROOT "/dev/tty"},
+    {OLDROOT "/dev/null", NEWROOT "/dev/null"},
+    {OLDROOT "/dev/zero", NEWROOT "/dev/zero"},
+    {OLDROOT "/dev/full", NEWROOT "/dev/full"},
+    {OLDROOT "/dev/random", NEWROOT "/dev/random"},
+    {OLDROOT "/dev/urandom", NEWROOT "/dev/urandom"},
+    {OLDROOT "/dev/tty", NEWROOT "/dev/tty"},
 };
 static const char *const dev_links[][2] = {
     {"/proc/self/fd", NEWROOT "/dev/fd"},       {"/proc/self/fd/0", NEWROOT "/dev/stdin"},
@@ -247,8 +251,8 @@ static int bind_cmp(const void *a, const void *b)
 static bool layout_shows(const struct sl_spawn_layout *lay, const char *host)
 {
     for (size_t i = 0; i < lay->nro; i++)
-        if (lay->ro[i].is_dir && strcmp(lay->ro[i].src + sizeof(OLDROOT) - 1,
-                                        lay->ro[i].dst + NEWROOT_LEN) == 0 &&
+        if (lay->ro[i].is_dir &&
+            strcmp(lay->ro[i].src + sizeof(OLDROOT) - 1, lay->ro[i].dst + NEWROOT_LEN) == 0 &&
             path_within(host, lay->ro[i].dst + NEWROOT_LEN))
             return true;
     return false;
@@ -360,9 +364,9 @@ static int layout_add_readonly(struct sl_spawn_layout *lay, const struct sl_strl
             continue;
         /* A symlink whose target is not visible would dangle: bind the
          * target at the symlink's place instead. */
-        int r = layout_shows(lay, e->resolved) ? layout_add_link(lay, e->inside, e->link)
-                                               : layout_add_bind(lay, e->resolved, e->inside,
-                                                                 e->is_dir);
+        int r = layout_shows(lay, e->resolved)
+                    ? layout_add_link(lay, e->inside, e->link)
+                    : layout_add_bind(lay, e->resolved, e->inside, e->is_dir);
         if (r < 0)
             goto oom;
     }
@@ -464,7 +468,12 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
         layout_add_python(lay, opt->python_prefix, err) < 0)
         goto fail;
     static const char *const fixed_dirs[] = {
-        "/dev", "/tmp", "/workspace", "/home/sandbox", "/cache", "/envs",
+        "/dev",
+        "/tmp",
+        "/workspace",
+        "/home/sandbox",
+        "/cache",
+        "/envs",
         "/opt/agent-sandbox/runtime",
     };
     for (size_t i = 0; i < SL_ARRAY_LEN(fixed_dirs); i++)
@@ -582,9 +591,9 @@ static void child_enter_scratch(const struct spawn_child *c)
     /* Private, not slave: host mount events must neither reach into the
      * sandbox nor cost anything per running sandbox. */
     CHILD_TRY(c, STAGE_PRIVATE, -1, mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL));
-    CHILD_TRY(c, STAGE_SCRATCH, -1,
-              mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-                    "size=4m,nr_inodes=4096,mode=0755"));
+    CHILD_TRY(
+        c, STAGE_SCRATCH, -1,
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755"));
     CHILD_TRY(c, STAGE_SCRATCH, -1, chdir("/tmp"));
     CHILD_TRY(c, STAGE_SCRATCH, -1, mkdir("newroot", 0755));
     CHILD_TRY(c, STAGE_SCRATCH, -1, mkdir("oldroot", 0755));
@@ -645,8 +654,7 @@ static void child_dev(const struct spawn_child *c)
     (void)mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
                 "newinstance,ptmxmode=0666,mode=620");
     CHILD_TRY(c, STAGE_DEV, -1,
-              mount("tmpfs", NEWROOT "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-                    c->lay->shm_opts));
+              mount("tmpfs", NEWROOT "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, c->lay->shm_opts));
     CHILD_TRY(c, STAGE_DEV, -1, child_setattr(NEWROOT "/dev", 0, MOUNT_ATTR_RDONLY));
 }
 
@@ -691,8 +699,8 @@ static void child_rw_dirs(const struct spawn_child *c)
             errno = EPERM;
             child_fail(c, STAGE_RW_BIND, (int)i);
         }
-        int tree = open_tree(dir, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH |
-                                          AT_RECURSIVE);
+        int tree =
+            open_tree(dir, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
         if (tree < 0)
             child_fail(c, STAGE_RW_BIND, (int)i);
         CHILD_TRY(c, STAGE_RW_BIND, (int)i,
@@ -742,12 +750,15 @@ static void child_drop_privileges(const struct spawn_child *c)
         int resource;
         int64_t value;
     } limits[] = {
-        {RLIMIT_CPU, c->lay->rl_cpu},     {RLIMIT_NPROC, c->lay->rl_nproc},
-        {RLIMIT_NOFILE, c->lay->rl_nofile}, {RLIMIT_FSIZE, c->lay->rl_fsize},
+        {RLIMIT_CPU, c->lay->rl_cpu},
+        {RLIMIT_NPROC, c->lay->rl_nproc},
+        {RLIMIT_NOFILE, c->lay->rl_nofile},
+        {RLIMIT_FSIZE, c->lay->rl_fsize},
         {RLIMIT_CORE, 0},
     };
     for (size_t i = 0; i < SL_ARRAY_LEN(limits); i++) {
-        struct rlimit rl = {.rlim_cur = (rlim_t)limits[i].value, .rlim_max = (rlim_t)limits[i].value};
+        struct rlimit rl = {.rlim_cur = (rlim_t)limits[i].value,
+                            .rlim_max = (rlim_t)limits[i].value};
         CHILD_TRY(c, STAGE_RLIMIT, limits[i].resource, setrlimit(limits[i].resource, &rl));
     }
 }
@@ -814,9 +825,10 @@ static int write_id_map(pid_t pid, const char *file, unsigned id)
     return 0;
 }
 
-static int pipe_above_stdio(int fds[2])
+static int pipe_above_stdio(int fds[2], bool use_socket)
 {
-    if (pipe2(fds, O_CLOEXEC) < 0)
+    if ((use_socket ? socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds)
+                    : pipe2(fds, O_CLOEXEC)) < 0)
         return -1;
     fds[0] = fd_above_stdio(fds[0]);
     fds[1] = fd_above_stdio(fds[1]);
@@ -876,8 +888,7 @@ static int await_exec(const struct sl_spawn_layout *lay, const struct sl_spawn_r
     for (;;) {
         int64_t left_ms = (req->deadline_us - sl_mono_us() + 999) / 1000;
         if (left_ms <= 0) {
-            return sl_error_set(err, SL_E_RUNTIME, ETIMEDOUT,
-                                "sandbox setup failed: timed out");
+            return sl_error_set(err, SL_E_RUNTIME, ETIMEDOUT, "sandbox setup failed: timed out");
         }
         struct pollfd p = {.fd = report_fd, .events = POLLIN};
         int r = poll(&p, 1, left_ms > INT_MAX ? INT_MAX : (int)left_ms);
@@ -902,11 +913,13 @@ static int await_exec(const struct sl_spawn_layout *lay, const struct sl_spawn_r
     if (got != sizeof(f) || f.stage < 0 || f.stage >= STAGE_COUNT)
         return sl_error_set(err, SL_E_RUNTIME, EPROTO, "sandbox setup failed: bad report");
     const char *subject = failure_subject(lay, &f);
-    sl_error_set(err, SL_E_RUNTIME, f.errnum, "sandbox setup failed: %s: %s",
-                 stage_names[f.stage], strerror(f.errnum));
-    snprintf(err->detail, sizeof(err->detail), "sandbox setup failed: %s%s%s: %s (root %s, uid %u)",
-             stage_names[f.stage], subject[0] ? " " : "", subject, strerror(f.errnum),
-             req->sandbox_root, (unsigned)req->uid);
+    sl_error_set(err, SL_E_RUNTIME, f.errnum, "sandbox setup failed: %s: %s", stage_names[f.stage],
+                 strerror(f.errnum));
+    if (err)
+        snprintf(err->detail, sizeof(err->detail),
+                 "sandbox setup failed: %s%s%s: %s (root %s, uid %u)", stage_names[f.stage],
+                 subject[0] ? " " : "", subject, strerror(f.errnum), req->sandbox_root,
+                 (unsigned)req->uid);
     return -1;
 }
 
@@ -929,8 +942,10 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
     int out[2] = {-1, -1}, errp[2] = {-1, -1}, sync[2] = {-1, -1}, report[2] = {-1, -1};
     int null_fd = fd_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
     int pidfd = -1, rc = -1;
-    if (null_fd < 0 || pipe_above_stdio(out) < 0 || pipe_above_stdio(errp) < 0 ||
-        pipe_above_stdio(sync) < 0 || pipe_above_stdio(report) < 0) {
+    /* The "go" channel is a socket so that writing to a child that died
+     * meanwhile fails with EPIPE instead of raising SIGPIPE in the daemon. */
+    if (null_fd < 0 || pipe_above_stdio(out, false) < 0 || pipe_above_stdio(errp, false) < 0 ||
+        pipe_above_stdio(sync, true) < 0 || pipe_above_stdio(report, false) < 0) {
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: cannot create pipes");
         goto out;
     }
@@ -940,8 +955,14 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
     }
 
     struct spawn_child child = {
-        .lay = lay, .req = req, .host_root = host_root, .sync_fd = sync[0],
-        .report_fd = report[1], .null_fd = null_fd, .out_fd = out[1], .err_fd = errp[1],
+        .lay = lay,
+        .req = req,
+        .host_root = host_root,
+        .sync_fd = sync[0],
+        .report_fd = report[1],
+        .null_fd = null_fd,
+        .out_fd = out[1],
+        .err_fd = errp[1],
     };
     struct clone_args args = {
         .flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD |
@@ -985,7 +1006,7 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
         kill_and_reap(pidfd);
         goto out;
     }
-    if (write(sync[1], "x", 1) != 1) {
+    if (send(sync[1], "x", 1, MSG_NOSIGNAL) != 1) {
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: cannot start the child");
         kill_and_reap(pidfd);
         goto out;

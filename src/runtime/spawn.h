@@ -35,19 +35,19 @@ struct sl_spawn_link {
 };
 
 struct sl_spawn_layout {
-    char **dirs;                  /* created in the new root, parents first */
+    char **dirs; /* created in the new root, parents first */
     size_t ndirs;
-    struct sl_spawn_bind *ro;     /* read-only binds, parents before children */
+    struct sl_spawn_bind *ro; /* read-only binds, parents before children */
     size_t nro;
-    struct sl_spawn_link *links;  /* merged-usr symlinks, python-runtime/bin links */
+    struct sl_spawn_link *links; /* merged-usr symlinks, python-runtime/bin links */
     size_t nlinks;
-    char *python_src;             /* "/oldroot<prefix>" bound at python-runtime when the
-                                     prefix is not visible through a read-only bind */
-    char tmp_opts[96];            /* tmpfs options of /tmp */
-    char shm_opts[96];            /* tmpfs options of /dev/shm */
+    char *python_src;  /* "/oldroot<prefix>" bound at python-runtime when the
+                          prefix is not visible through a read-only bind */
+    char tmp_opts[96]; /* tmpfs options of /tmp */
+    char shm_opts[96]; /* tmpfs options of /dev/shm */
     int cap_last_cap;
     int64_t rl_cpu, rl_nproc, rl_nofile, rl_fsize; /* already clamped, -1 = unlimited */
-    int init_fd;                  /* sandloom-init, O_PATH, >= 3 */
+    int init_fd;                                   /* sandloom-init, O_PATH, >= 3 */
 };
 
 int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout *lay,
@@ -55,18 +55,18 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
 void sl_spawn_layout_free(struct sl_spawn_layout *lay);
 
 struct sl_spawn_request {
-    const char *sandbox_root;   /* absolute host path */
-    uid_t uid;                  /* host uid = gid of the sandbox, never 0 */
+    const char *sandbox_root; /* absolute host path */
+    uid_t uid;                /* host uid = gid of the sandbox, never 0 */
     bool pid_ns, cgroup_ns, net_ns;
-    char *const *argv;          /* sandloom-init's argv */
+    char *const *argv; /* sandloom-init's argv */
     char *const *envp;
-    int64_t deadline_us;        /* monotonic; the setup must finish before it */
+    int64_t deadline_us; /* monotonic; the setup must finish before it */
 };
 
 struct sl_spawn_proc {
-    pid_t pid;   /* host pid of sandloom-init = its process group */
+    pid_t pid; /* host pid of sandloom-init = its process group */
     int pidfd;
-    int out_fd;  /* read ends, O_NONBLOCK | O_CLOEXEC */
+    int out_fd; /* read ends, O_NONBLOCK | O_CLOEXEC */
     int err_fd;
 };
 

@@ -63,14 +63,15 @@ static json_t *strlist_json(const struct sl_strlist *l)
     return a;
 }
 
-/* The effective profile hash of RUNTIME.md §3.2. Nested user namespaces are
- * not disabled by this build's runtime (seccomp arrives with the isolation
- * issue), so the hash says so honestly with the "-nested-userns" suffix. */
+/* The effective profile hash of RUNTIME.md §3.2. The runtime always
+ * disables nested user namespaces (max_user_namespaces = 0 inside), the
+ * reference's default variant, so there is never a "-nested-userns" suffix
+ * and no "-with-" additions until optional features arrive. */
 static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile *p)
 {
     const struct sl_config *cfg = svc->cfg;
     char suffix[128];
-    snprintf(suffix, sizeof(suffix), "-%s-%s-nested-userns", p->selected_level,
+    snprintf(suffix, sizeof(suffix), "-%s-%s", p->selected_level,
              p->network_isolated ? "net-none" : "net-host");
     size_t blen = strlen(cfg->profile_hash), slen = strlen(suffix);
     int n;
@@ -157,7 +158,7 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_decref(needs);
     json_object_set_new(caps, "toolchains", tc);
 
-    json_object_set_new(caps, "disable_nested_userns", json_false());
+    json_object_set_new(caps, "disable_nested_userns", json_true());
     json_object_set_new(caps, "overlay", json_false());
     json_object_set_new(caps, "pid_namespace", json_boolean(p->pid_namespace));
     json_object_set_new(caps, "cgroup_namespace", json_boolean(p->cgroup_namespace));

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -49,6 +50,26 @@ int ws_root_prepare(const char *workspace_root, struct sl_error *err)
         return sl_error_errno(err, SL_E_CONFIG, "cannot create the workspace root");
     if (access(workspace_root, W_OK) < 0)
         return sl_error_errno(err, SL_E_CONFIG, "the workspace root is not writable");
+    /* Sandbox setup runs as the sandbox's own uid (the reference's bwrap does
+     * too), so the root and every directory above it must be searchable by
+     * "others". Say so now rather than fail every launch with EACCES. */
+    char real[PATH_MAX];
+    if (!realpath(workspace_root, real))
+        return sl_error_errno(err, SL_E_CONFIG, "cannot resolve the workspace root");
+    for (char *end = real + strlen(real); end > real;) {
+        struct stat dir_st;
+        if (stat(real, &dir_st) < 0)
+            return sl_error_errno(err, SL_E_CONFIG, "cannot inspect %s", real);
+        if (!(dir_st.st_mode & S_IXOTH))
+            return sl_error_set(err, SL_E_CONFIG, 0,
+                                "the workspace root must be reachable by sandbox uids: %s has no "
+                                "search permission for others (chmod o+x)",
+                                real);
+        end = strrchr(real, '/');
+        if (!end || end == real)
+            break;
+        *end = '\0';
+    }
     char path[PATH_MAX];
     const char *dirs[] = {".trash", ".staging"};
     for (size_t i = 0; i < SL_ARRAY_LEN(dirs); i++) {
@@ -65,9 +86,13 @@ int ws_sandbox_id_check(const char *sandbox_id, struct sl_error *err)
     if (strcmp(sandbox_id, ".trash") == 0 || strcmp(sandbox_id, ".staging") == 0)
         return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "sandbox id uses a reserved name");
     /* The API's id alphabet has no '/', so only "." and ".." could leave the
-     * root; names starting with '.' are service-owned (.trash, .probe-*). */
-    if (sandbox_id[0] == '.' || strchr(sandbox_id, '/'))
+     * root. Other names starting with '.' are refused too (stricter than the
+     * reference): the workspace root's dot-names are the service's own
+     * (.trash, .staging, .probe-*) and orphan cleanup skips them. */
+    if (strcmp(sandbox_id, ".") == 0 || strcmp(sandbox_id, "..") == 0 || strchr(sandbox_id, '/'))
         return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "sandbox id escapes the workspace root");
+    if (sandbox_id[0] == '.')
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "sandbox id uses a reserved name");
     return 0;
 }
 

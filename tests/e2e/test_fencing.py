@@ -103,7 +103,9 @@ def test_release_ignores_generation_query(ready_sandbox):
 def test_reserved_sandbox_ids_never_reach_the_disk(daemon, client):
     """.trash and .staging are service directories under the workspace root
     (RUNTIME.md §9): refused at resolve, or at connect at the latest."""
-    for sid in (".trash", ".staging"):
+    # Dot-names under the workspace root are the service's own (.trash,
+    # .staging, .probe-*): this build refuses every one of them.
+    for sid in (".trash", ".staging", "...", ".hidden"):
         sb = Sandbox(client, sid, "scope-" + uuid.uuid4().hex[:6])
         r = sb.resolve()
         if r.status == 200:

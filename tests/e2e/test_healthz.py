@@ -98,3 +98,10 @@ def test_disk(hz):
     assert disk["total_bytes"] > 0
     assert disk["used_percent"] == disk["used_bytes"] * 100 // disk["total_bytes"], disk
     assert 0 <= disk["used_percent"] <= 100
+
+
+def test_nested_user_namespaces_are_disabled_and_hash_says_so(client):
+    caps = client.get("/healthz").body["worker"]["capabilities"]
+    assert caps["disable_nested_userns"] is True
+    level = caps["selected_level"]
+    assert caps["profile_hash"] == f"bubblewrap-0.11.2-generic-v12-{level}-net-host", caps

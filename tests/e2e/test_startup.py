@@ -1,6 +1,7 @@
 """Startup refusals (CONFIG.md §4, FLEET.md §2.4) and the generated token
 outside prod (COMPAT.md §2)."""
 
+import os
 import re
 import sqlite3
 import uuid
@@ -136,3 +137,15 @@ def test_startup_log_marker(daemon_factory):
     text = (d.state / "startup.log").read_text()
     assert f"agent-sandbox,status=success,ready,worker_id=127.0.0.1-{d.port},port={d.port}" \
         in text, text
+
+
+def test_unreachable_workspace_root_refuses_startup(daemon_factory, tmp_path):
+    """Sandbox setup runs as the sandbox's uid, so a workspace root below a
+    directory that others cannot search is refused at startup, naming it."""
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o700)
+    os.chmod(tmp_path, 0o711)
+    rc, stderr = daemon_factory({"SANDBOX_LOCAL_ROOT": str(locked / "sandboxes")},
+                                expect_exit=True)
+    assert rc == 3, stderr
+    assert str(locked) in stderr and "o+x" in stderr, stderr
