@@ -31,8 +31,15 @@ run: build
 	SANDBOX_STARTUP_LOG_PATH=$${SANDBOX_STARTUP_LOG_PATH:-$(STATE)/startup.log} \
 	exec $(BUILD)/sandloomd
 
-test: deps build
-	scripts/run-tests.sh $(BUILD)
+ASAN_BUILD ?= build-asan
+
+$(ASAN_BUILD)/build.ninja:
+	meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false
+
+# Every tier, on the release build and again under ASan + UBSan.
+test: deps build $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+	scripts/run-tests.sh $(BUILD) $(ASAN_BUILD)
 
 unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
@@ -44,14 +51,13 @@ e2e: build
 bench: build
 	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500
 
-# ASan + UBSan build of everything, running the unit tests.
-sanitize: deps
-	meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false 2>/dev/null || true
-	ninja -C build-asan
-	meson test -C build-asan --suite unit --print-errorlogs
+# Unit tests alone under ASan + UBSan (make test runs every tier there too).
+sanitize: deps $(ASAN_BUILD)/build.ninja
+	ninja -C $(ASAN_BUILD)
+	meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
 
 format:
 	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c')
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) $(ASAN_BUILD)

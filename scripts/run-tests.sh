@@ -1,55 +1,48 @@
 #!/usr/bin/env bash
 # Runs every test tier against the build in $1 (default: build):
-#   1. C unit tests (cmocka, through meson test)
-#   2. end-to-end tests (pytest, real sandloomd on loopback, real namespaces)
-# and prints one closing line "total: N passed, N failed".
+#   1. C unit tests (cmocka, through meson test; the runtime tests need root)
+#   2. end-to-end tests (pytest: real sandloomd on loopback, real namespaces)
+# and, when $2 names an ASan+UBSan build, both tiers again against it.
+# Ends with one line "total: N passed, N failed".
 set -uo pipefail
 build="${1:-build}"
+asan_build="${2:-}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 # Debian's interpreter, which has pytest (a pyenv shim on PATH may not).
 py=/usr/bin/python3
 
 status=0
-echo "== unit tests"
-meson test -C "$build" --suite unit --print-errorlogs || status=1
-unit_counts=$($py - "$build/meson-logs/testlog.json" <<'PYEOF'
-import json, re, sys
-passed = failed = 0
-for line in open(sys.argv[1]):
-    t = json.loads(line)
-    out = t.get("stdout", "") + t.get("stderr", "")
-    p = sum(int(m) for m in re.findall(r"\[  PASSED  \] (\d+) test", out))
-    f = sum(int(m) for m in re.findall(r"\[  FAILED  \] (\d+) test", out))
-    if t.get("result") != "OK" and f == 0:
-        f = 1  # a crashed or skipped binary counts as a failure, never as a pass
-    passed += p; failed += f
-print(passed, failed)
-PYEOF
-)
-read -r unit_pass unit_fail <<<"$unit_counts"
+total_pass=0
+total_fail=0
 
-echo "== end-to-end tests"
-junit="$build/e2e-junit.xml"
-SANDLOOMD="$root/$build/sandloomd" $py -m pytest -q -p no:cacheprovider \
-    --junitxml="$junit" tests/e2e || status=1
-e2e_counts=$($py - "$junit" <<'PYEOF'
-import sys, xml.etree.ElementTree as ET
-try:
-    root = ET.parse(sys.argv[1]).getroot()
-except Exception:
-    print(0, 1); sys.exit()
-suites = [root] if root.tag == "testsuite" else list(root)
-tests = sum(int(s.get("tests", 0)) for s in suites)
-bad = sum(int(s.get("failures", 0)) + int(s.get("errors", 0)) + int(s.get("skipped", 0)) for s in suites)
-print(tests - bad, bad)
-PYEOF
-)
-read -r e2e_pass e2e_fail <<<"$e2e_counts"
+# run_tier BUILD LABEL
+run_tier() {
+    local dir="$1" label="$2" counts unit_pass unit_fail e2e_pass e2e_fail
+    echo "== $label: unit tests"
+    meson test -C "$dir" --suite unit --print-errorlogs || status=1
+    counts=$($py scripts/count-results.py meson "$dir/meson-logs/testlog.json")
+    read -r unit_pass unit_fail <<<"$counts"
 
-echo "unit: $unit_pass passed, $unit_fail failed"
-echo "e2e: $e2e_pass passed, $e2e_fail failed"
-total_fail=$((unit_fail + e2e_fail))
+    echo "== $label: end-to-end tests"
+    rm -f "$dir/e2e-junit.xml"
+    SANDLOOMD="$root/$dir/sandloomd" $py -m pytest -q -p no:cacheprovider \
+        --junitxml="$dir/e2e-junit.xml" tests/e2e || status=1
+    counts=$($py scripts/count-results.py junit "$dir/e2e-junit.xml")
+    read -r e2e_pass e2e_fail <<<"$counts"
+
+    echo "$label unit: $unit_pass passed, $unit_fail failed"
+    echo "$label e2e: $e2e_pass passed, $e2e_fail failed"
+    total_pass=$((total_pass + unit_pass + e2e_pass))
+    total_fail=$((total_fail + unit_fail + e2e_fail))
+}
+
+run_tier "$build" "release"
+if [ -n "$asan_build" ]; then
+    export ASAN_OPTIONS=detect_leaks=1
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    run_tier "$asan_build" "asan+ubsan"
+fi
 [ "$total_fail" -gt 0 ] && status=1
-echo "total: $((unit_pass + e2e_pass)) passed, $total_fail failed"
+echo "total: $total_pass passed, $total_fail failed"
 exit $status

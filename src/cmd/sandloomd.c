@@ -42,7 +42,7 @@ static void startup_log(const char *path, const char *line)
 }
 
 /* Refuse to start: one line in the startup log, the reason on stderr. */
-static int refuse(const char *log_path, const char *kind, const struct sl_error *err)
+static void refuse(const char *log_path, const char *kind, const struct sl_error *err)
 {
     char line[256];
     snprintf(line, sizeof(line), "agent-sandbox,status=failed,phase=startup,exc=%s", kind);
@@ -50,7 +50,6 @@ static int refuse(const char *log_path, const char *kind, const struct sl_error 
     fprintf(stderr, "agent-sandbox startup crashed: %s\n", kind);
     if (err)
         fprintf(stderr, "sandloomd: %s\n", err->message[0] ? err->message : sl_error_text(err));
-    return EXIT_STARTUP_REFUSED;
 }
 
 /* sandloom-init is installed next to sandloomd. */
@@ -80,53 +79,71 @@ int main(void)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    const char *early_log = getenv("SANDBOX_STARTUP_LOG_PATH");
-    if (!early_log || !*early_log)
-        early_log = "/tmp/agent-sandbox-startup.log";
+    const char *log_path = getenv("SANDBOX_STARTUP_LOG_PATH");
+    if (!log_path || !*log_path)
+        log_path = "/tmp/agent-sandbox-startup.log";
 
     struct sl_config cfg = {0};
     struct sl_error err = {0};
-    if (sl_config_load(&cfg, NULL, &err) < 0)
-        return refuse(early_log, "ConfigError", &err);
-    const char *log_path = cfg.startup_log_path;
+    const char *failure = NULL; /* exception-like kind for the startup log */
+    struct sl_store *store = NULL;
+    struct sl_registry *registry = NULL;
+    struct sl_runtime *runtime = NULL;
+    struct sl_service *svc = NULL; /* owns store, registry, runtime once open */
+    struct sl_http *http = NULL;
+    _cleanup_free_ char *warnings = NULL;
+
+    if (sl_config_load(&cfg, NULL, &err) < 0) {
+        failure = "ConfigError";
+        goto out;
+    }
+    log_path = cfg.startup_log_path;
     if (geteuid() != 0) {
         sl_error_set(&err, SL_E_CONFIG, 0,
                      "sandloomd must run as root: it creates user namespaces and chowns "
                      "sandbox directories to per-sandbox uids");
-        return refuse(log_path, "PermissionError", &err);
+        failure = "PermissionError";
+        goto out;
     }
     if (cfg.launcher_vars_set)
         sl_info("SANDBOX_BUBBLEWRAP_*/SANDBOX_SETPRIV_PATH/SANDBOX_PRLIMIT_PATH only configure the "
                 "reference's launcher; this build's native runtime ignores them");
-    if (sl_env_validate_config(&cfg, &err) < 0)
-        return refuse(log_path, "ConfigError", &err);
+    if (sl_env_validate_config(&cfg, &err) < 0) {
+        failure = "ConfigError";
+        goto out;
+    }
+    if (strcmp(cfg.registry_backend, "memory") != 0) {
+        sl_error_set(&err, SL_E_CONFIG, 0,
+                     "SANDBOX_REGISTRY_BACKEND: the %s registry is not supported by this build yet",
+                     cfg.registry_backend);
+        failure = "ConfigError";
+        goto out;
+    }
 
     /* Metadata store and schema (RUNTIME.md §2 step 2). */
-    struct sl_store *store = sl_store_open(&cfg, &err);
-    if (!store)
-        return refuse(log_path, "DatabaseError", &err);
-    _cleanup_free_ char *warnings = NULL;
+    store = sl_store_open(&cfg, &err);
+    if (!store) {
+        failure = "DatabaseError";
+        goto out;
+    }
     if (store->ops->prepare_schema(store, cfg.database_auto_ddl, &warnings, &err) < 0) {
-        store->ops->close(store);
-        return refuse(log_path, "SchemaDriftError", &err);
+        failure = "SchemaDriftError";
+        goto out;
     }
     if (warnings)
         sl_warn("database schema has extra columns (kept for rollback compatibility): %s",
                 warnings);
 
     if (ws_root_prepare(cfg.workspace_root, &err) < 0) {
-        store->ops->close(store);
-        return refuse(log_path, "PreflightError", &err);
+        failure = "PreflightError";
+        goto out;
     }
-
-    if (strcmp(cfg.registry_backend, "memory") != 0) {
-        sl_error_set(&err, SL_E_CONFIG, 0,
-                     "SANDBOX_REGISTRY_BACKEND: the %s registry is not supported by this build yet",
-                     cfg.registry_backend);
-        store->ops->close(store);
-        return refuse(log_path, "ConfigError", &err);
+    registry = sl_registry_memory_open();
+    if (!registry) {
+        sl_error_set(&err, SL_E_INTERNAL, 0, "out of memory");
+        failure = "MemoryError";
+        goto out;
     }
-    struct sl_registry *registry = sl_registry_memory_open();
     if (cfg.blobstore_bucket && *cfg.blobstore_bucket &&
         strcmp(cfg.object_store_backend, "s3") == 0)
         sl_warn("an object store bucket is configured but this build has no object store yet; "
@@ -136,7 +153,8 @@ int main(void)
     char init_path[PATH_MAX + 32];
     if (find_init(init_path, sizeof(init_path)) < 0) {
         sl_error_set(&err, SL_E_CONFIG, 0, "sandloom-init is missing next to sandloomd");
-        return refuse(log_path, "RuntimeError", &err);
+        failure = "RuntimeError";
+        goto out;
     }
     struct sl_rt_options rto = {
         .init_path = init_path,
@@ -152,33 +170,36 @@ int main(void)
         .probe_root = cfg.workspace_root,
         .probe_uid = (uid_t)cfg.uid_start,
     };
-    struct sl_runtime *runtime = NULL;
     if (sl_rt_open(&rto, &runtime, &err) < 0) {
-        registry->ops->close(registry);
-        store->ops->close(store);
-        return refuse(log_path, "IsolationError", &err);
+        failure = "IsolationError";
+        goto out;
     }
     sl_info("isolation level %s selected (requested %s)",
             sl_rt_profile(runtime)->selected_level, cfg.isolation_level);
 
     struct sl_service_deps deps = {
         .cfg = &cfg, .store = store, .registry = registry, .runtime = runtime};
-    struct sl_service *svc = sl_service_open(&deps, &err);
-    if (!svc)
-        return refuse(log_path, "RuntimeError", &err);
+    svc = sl_service_open(&deps, &err);
+    if (!svc) {
+        failure = "RuntimeError";
+        goto out;
+    }
+    store = NULL;
+    registry = NULL;
+    runtime = NULL;
     if (sl_service_start(svc, &err) < 0) {
-        sl_service_close(svc);
-        return refuse(log_path, "HeartbeatError", &err);
+        failure = "HeartbeatError";
+        goto out;
     }
 
     char line[512];
     snprintf(line, sizeof(line), "agent-sandbox,status=starting,phase=uvicorn,host=%s,port=%d",
              cfg.host, cfg.port);
     startup_log(log_path, line);
-    struct sl_http *http = sl_http_start(&cfg, svc, &err);
+    http = sl_http_start(&cfg, svc, &err);
     if (!http) {
-        sl_service_close(svc);
-        return refuse(log_path, "OSError", &err);
+        failure = "OSError";
+        goto out;
     }
     snprintf(line, sizeof(line), "agent-sandbox,status=success,ready,worker_id=%s,port=%d",
              sl_service_worker_id(svc), cfg.port);
@@ -195,8 +216,19 @@ int main(void)
     int sig = 0;
     sigwait(&stop_signals, &sig);
     sl_info("received signal %d, shutting down", sig);
+
+out:
+    if (failure)
+        refuse(log_path, failure, &err);
     sl_http_stop(http);
     sl_service_close(svc);
+    if (runtime)
+        sl_rt_close(runtime);
+    if (registry)
+        registry->ops->close(registry);
+    if (store)
+        store->ops->close(store);
+    /* log_path may point into cfg: it is not used past this point. */
     sl_config_free(&cfg);
-    return 0;
+    return failure ? EXIT_STARTUP_REFUSED : 0;
 }

@@ -497,10 +497,15 @@ fail:
 /* True when <home>/.profile exists and is not ours: a regular file whose
  * first 400 bytes lack the marker, or anything else (a symlink or special
  * file the sandbox user made; never followed or opened). */
-static int profile_is_user_owned(int home_fd, bool *user_owned, struct sl_error *err)
+/* *user_owned: a .profile exists that is not ours (no marker, or not a
+ * regular file). *current: ours, already holding exactly `want`, owned by
+ * uid with mode 0644, so nothing needs writing. */
+static int profile_inspect(int home_fd, const char *want, uid_t uid, bool *user_owned,
+                           bool *current, struct sl_error *err)
 {
     struct stat st;
     *user_owned = false;
+    *current = false;
     if (fstatat(home_fd, PROFILE_NAME, &st, AT_SYMLINK_NOFOLLOW) < 0) {
         if (errno == ENOENT)
             return 0;
@@ -527,17 +532,24 @@ static int profile_is_user_owned(int home_fd, bool *user_owned, struct sl_error 
         *user_owned = true;
         return 0;
     }
-    char head[PROFILE_MARKER_WINDOW];
+    size_t want_len = strlen(want);
+    size_t cap = want_len + 1 > PROFILE_MARKER_WINDOW ? want_len + 1 : PROFILE_MARKER_WINDOW;
+    _cleanup_free_ char *head = malloc(cap);
+    if (!head)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     size_t len = 0;
-    while (len < sizeof(head)) {
-        ssize_t r = SL_RETRY(read(fd, head + len, sizeof(head) - len));
+    while (len < cap) {
+        ssize_t r = SL_RETRY(read(fd, head + len, cap - len));
         if (r < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "cannot read the sandbox login profile");
         if (r == 0)
             break;
         len += (size_t)r;
     }
-    *user_owned = memmem(head, len, PROFILE_MARKER, strlen(PROFILE_MARKER)) == NULL;
+    size_t window = len < PROFILE_MARKER_WINDOW ? len : PROFILE_MARKER_WINDOW;
+    *user_owned = memmem(head, window, PROFILE_MARKER, strlen(PROFILE_MARKER)) == NULL;
+    *current = !*user_owned && len == want_len && memcmp(head, want, want_len) == 0 &&
+               (geteuid() != 0 || uid == 0 || st.st_uid == uid) && (st.st_mode & 07777) == 0644;
     return 0;
 }
 
@@ -563,20 +575,24 @@ int sl_env_write_profile(int sandbox_root_fd, uid_t uid, const char *managed_pat
     if (home_fd < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot open the sandbox home directory");
 
-    bool user_owned = false;
-    if (profile_is_user_owned(home_fd, &user_owned, err) < 0)
-        return -1;
-    if (user_owned)
-        return 0;
-
     _cleanup_free_ char *content = profile_content(managed_path);
     if (!content)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    bool user_owned = false, current = false;
+    if (profile_inspect(home_fd, content, uid, &user_owned, &current, err) < 0)
+        return -1;
+    /* Nothing to do in the common case: the profile is already right. */
+    if (user_owned || current)
+        return 0;
 
-    if (unlinkat(home_fd, PROFILE_TMP_NAME, 0) < 0 && errno != ENOENT)
-        return sl_error_errno(err, SL_E_RUNTIME, "cannot remove a stale sandbox login profile");
+    /* A per-writer temporary name: concurrent executions of one sandbox may
+     * rewrite the profile at the same moment, and each rename is atomic. */
+    char tmp_name[sizeof(PROFILE_TMP_NAME) + 40], hex[17];
+    if (sl_random_hex(hex, 8) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "no randomness");
+    snprintf(tmp_name, sizeof(tmp_name), "%s-%s", PROFILE_TMP_NAME, hex);
     /* O_EXCL: never write through whatever may have appeared at this name. */
-    _cleanup_close_ int fd = openat(home_fd, PROFILE_TMP_NAME,
+    _cleanup_close_ int fd = openat(home_fd, tmp_name,
                                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot create the sandbox login profile");
@@ -590,12 +606,12 @@ int sl_env_write_profile(int sandbox_root_fd, uid_t uid, const char *managed_pat
         failed = "cannot chmod the sandbox login profile";
     /* No fsync: the file is rewritten before every execution, so only
      * atomicity for concurrent readers matters, which rename gives. */
-    else if (renameat(home_fd, PROFILE_TMP_NAME, home_fd, PROFILE_NAME) < 0)
+    else if (renameat(home_fd, tmp_name, home_fd, PROFILE_NAME) < 0)
         failed = "cannot replace the sandbox login profile";
     if (failed) {
         sl_error_errno(err, SL_E_RUNTIME, "%s", failed);
         int saved = errno;
-        unlinkat(home_fd, PROFILE_TMP_NAME, 0);
+        unlinkat(home_fd, tmp_name, 0);
         errno = saved;
         return -1;
     }

@@ -2,6 +2,7 @@
  * toolchains, caller-name rules, proxy rotation, and the login-shell
  * .profile writer. The configuration comes from sl_config_load() with a
  * clean environment, so the defaults under test are the real ones. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -509,6 +510,60 @@ static void test_profile_write(void **state)
     }
 }
 
+/* A profile that is already right is not rewritten (same inode), and a
+ * changed PATH is written again. */
+static void test_profile_unchanged_is_not_rewritten(void **state)
+{
+    struct profile_fixture *fx = *state;
+    struct sl_error err = {0};
+    uid_t uid = geteuid() == 0 ? 12345 : geteuid();
+    assert_int_equal(sl_env_write_profile(fx->root_fd, uid, DEFAULT_PATH, &err), 0);
+    struct stat a, b;
+    assert_int_equal(stat(fx->profile, &a), 0);
+    assert_int_equal(sl_env_write_profile(fx->root_fd, uid, DEFAULT_PATH, &err), 0);
+    assert_int_equal(stat(fx->profile, &b), 0);
+    assert_int_equal(a.st_ino, b.st_ino);
+    assert_int_equal(sl_env_write_profile(fx->root_fd, uid, "/usr/bin:/bin", &err), 0);
+    assert_int_equal(stat(fx->profile, &b), 0);
+    assert_int_not_equal(a.st_ino, b.st_ino);
+    assert_non_null(strstr(read_text(fx->profile), "PATH='/usr/bin:/bin'"));
+}
+
+struct profile_race {
+    int root_fd;
+    const char *path;
+    int rc;
+};
+
+static void *profile_writer(void *arg)
+{
+    struct profile_race *r = arg;
+    struct sl_error err = {0};
+    for (int i = 0; i < 50 && r->rc == 0; i++)
+        r->rc = sl_env_write_profile(r->root_fd, geteuid() == 0 ? 12345 : geteuid(),
+                                     (i % 2) ? r->path : "/usr/bin:/bin", &err);
+    return NULL;
+}
+
+/* Concurrent executions of one sandbox rewrite the profile at once; none of
+ * them may fail (each writer has its own temporary file). */
+static void test_profile_concurrent_writers(void **state)
+{
+    struct profile_fixture *fx = *state;
+    pthread_t t[6];
+    struct profile_race r[6];
+    for (int i = 0; i < 6; i++) {
+        r[i] = (struct profile_race){fx->root_fd, DEFAULT_PATH, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, profile_writer, &r[i]), 0);
+    }
+    for (int i = 0; i < 6; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(r[i].rc, 0);
+    }
+    const char *text = read_text(fx->profile);
+    assert_non_null(strstr(text, "# managed by agent-sandbox"));
+}
+
 static void test_profile_quoting(void **state)
 {
     struct profile_fixture *fx = *state;
@@ -602,6 +657,8 @@ int main(void)
         cmocka_unit_test(test_proxies),
         cmocka_unit_test(test_validate_config),
         cmocka_unit_test_setup_teardown(test_profile_write, profile_setup, profile_teardown),
+        cmocka_unit_test_setup_teardown(test_profile_unchanged_is_not_rewritten, profile_setup, profile_teardown),
+        cmocka_unit_test_setup_teardown(test_profile_concurrent_writers, profile_setup, profile_teardown),
         cmocka_unit_test_setup_teardown(test_profile_quoting, profile_setup, profile_teardown),
         cmocka_unit_test_setup_teardown(test_profile_user_owned, profile_setup, profile_teardown),
         cmocka_unit_test_setup_teardown(test_profile_symlinks, profile_setup, profile_teardown),
