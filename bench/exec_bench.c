@@ -5,6 +5,7 @@
  *   build/exec_bench [runs]     (root; SANDLOOM_INIT overrides build/sandloom-init)
  *
  * Not a test: it asserts nothing about speed. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 
 #include "common/util.h"
 #include "runtime/runtime.h"
+#include "workspace/files.h"
 
 #define UID 39999
 
@@ -105,5 +107,13 @@ int main(int argc, char **argv)
     printf("ratio (p50 sandbox / p50 baseline): %.2f\n",
            (double)sbx_us[runs / 2] / (double)base_us[runs / 2]);
     sl_rt_close(rt);
+    free(base_us);
+    free(sbx_us);
+    sl_strlist_free(&ro);
+    int tmpfd = open("/tmp", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (tmpfd >= 0) {
+        ws_remove_tree_at(tmpfd, base + strlen("/tmp/"), &err);
+        close(tmpfd);
+    }
     return 0;
 }

@@ -9,6 +9,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "cmd/launch.h"
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "config/config.h"
@@ -52,27 +53,10 @@ int main(int argc, char **argv)
                             json_pack("{s:s,s:s,s:[],s:[]}", "level", cfg.isolation_level,
                                       "network_mode", cfg.network_mode, "required_features",
                                       "optional_features"));
-        char self[PATH_MAX], init_path[PATH_MAX + 32];
-        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-        self[n > 0 ? n : 0] = '\0';
-        char *slash = strrchr(self, '/');
-        if (slash)
-            *slash = '\0';
-        snprintf(init_path, sizeof(init_path), "%s/sandloom-init", self);
-        struct sl_rt_options rto = {
-            .init_path = init_path,
-            .readonly_mounts = &cfg.readonly_mounts,
-            .python_prefix = "/usr",
-            .tmpfs_bytes = cfg.tmpfs_bytes,
-            .cpu_seconds = cfg.cpu_seconds,
-            .max_processes = cfg.max_processes,
-            .max_open_files = cfg.max_open_files,
-            .max_file_size_bytes = cfg.max_file_size_bytes,
-            .network_isolated = strcmp(cfg.network_mode, "isolated") == 0,
-            .requested_level = cfg.isolation_level,
-            .probe_root = dir,
-            .probe_uid = (uid_t)cfg.uid_start,
-        };
+        char init_path[PATH_MAX + 32];
+        if (launch_find_init(init_path, sizeof(init_path)) < 0)
+            init_path[0] = '\0'; /* sl_rt_open then reports it missing */
+        struct sl_rt_options rto = launch_runtime_options(&cfg, init_path, dir);
         struct sl_runtime *rt = NULL;
         if (sl_rt_open(&rto, &rt, &err) < 0) {
             json_array_append_new(errors, json_string(err.message));

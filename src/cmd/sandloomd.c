@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/http.h"
+#include "cmd/launch.h"
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "config/config.h"
@@ -50,22 +51,6 @@ static void refuse(const char *log_path, const char *kind, const struct sl_error
     fprintf(stderr, "agent-sandbox startup crashed: %s\n", kind);
     if (err)
         fprintf(stderr, "sandloomd: %s\n", err->message[0] ? err->message : sl_error_text(err));
-}
-
-/* sandloom-init is installed next to sandloomd. */
-static int find_init(char *out, size_t size)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n < 0)
-        return -1;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (!slash)
-        return -1;
-    *slash = '\0';
-    snprintf(out, size, "%s/sandloom-init", self);
-    return access(out, X_OK);
 }
 
 int main(void)
@@ -151,25 +136,12 @@ int main(void)
 
     /* Runtime probe and level selection (RUNTIME.md §2 step 6). */
     char init_path[PATH_MAX + 32];
-    if (find_init(init_path, sizeof(init_path)) < 0) {
+    if (launch_find_init(init_path, sizeof(init_path)) < 0) {
         sl_error_set(&err, SL_E_CONFIG, 0, "sandloom-init is missing next to sandloomd");
         failure = "RuntimeError";
         goto out;
     }
-    struct sl_rt_options rto = {
-        .init_path = init_path,
-        .readonly_mounts = &cfg.readonly_mounts,
-        .python_prefix = "/usr",
-        .tmpfs_bytes = cfg.tmpfs_bytes,
-        .cpu_seconds = cfg.cpu_seconds,
-        .max_processes = cfg.max_processes,
-        .max_open_files = cfg.max_open_files,
-        .max_file_size_bytes = cfg.max_file_size_bytes,
-        .network_isolated = strcmp(cfg.network_mode, "isolated") == 0,
-        .requested_level = cfg.isolation_level,
-        .probe_root = cfg.workspace_root,
-        .probe_uid = (uid_t)cfg.uid_start,
-    };
+    struct sl_rt_options rto = launch_runtime_options(&cfg, init_path, cfg.workspace_root);
     if (sl_rt_open(&rto, &runtime, &err) < 0) {
         failure = "IsolationError";
         goto out;

@@ -238,7 +238,9 @@ static json_t *audit_view(const struct sl_route *r)
     return o;
 }
 
-json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+/* Read a route and render it with `view`; SANDBOX_NOT_FOUND when absent. */
+static json_t *route_lookup(struct sl_service *svc, const char *sandbox_id,
+                            json_t *(*view)(const struct sl_route *), struct sl_error *err)
 {
     struct sl_route r = {0};
     int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
@@ -247,23 +249,19 @@ json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct 
             sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
         return NULL;
     }
-    json_t *view = route_view(&r);
+    json_t *doc = view(&r);
     sl_route_clear(&r);
-    return view;
+    return doc;
+}
+
+json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    return route_lookup(svc, sandbox_id, route_view, err);
 }
 
 json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
 {
-    struct sl_route r = {0};
-    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
-    if (found <= 0) {
-        if (found == 0)
-            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
-        return NULL;
-    }
-    json_t *view = audit_view(&r);
-    sl_route_clear(&r);
-    return view;
+    return route_lookup(svc, sandbox_id, audit_view, err);
 }
 
 /* ---- release bookkeeping ------------------------------------------------- */
