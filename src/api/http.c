@@ -92,8 +92,36 @@ static bool authorized(struct sl_http *http, struct MHD_Connection *conn)
     return sl_consttime_equal(value, len, http->expected_auth, http->expected_len);
 }
 
+/* Count JSON objects and arrays outside strings, stopping past `max`. A
+ * 20 MiB body of "[{},{},...]" would otherwise become gigabytes of jansson
+ * nodes before validation could refuse it. */
+static bool json_too_many_containers(const char *data, size_t len, size_t max)
+{
+    size_t count = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = data[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if ((c == '{' || c == '[') && ++count > max) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static size_t route_max_body(const struct sl_route_def *route)
+{
+    return route && route->max_body ? route->max_body : SL_ROUTE_DEFAULT_MAX_BODY;
+}
+
 /* Refuse a declared body above the cap before reading any of it. */
-static bool content_length_too_large(struct MHD_Connection *conn)
+static bool content_length_too_large(struct MHD_Connection *conn, size_t max)
 {
     const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -101,7 +129,7 @@ static bool content_length_too_large(struct MHD_Connection *conn)
         return false;
     char *end = NULL;
     unsigned long long n = strtoull(cl, &end, 10);
-    return end == cl || *end || n > SL_HTTP_MAX_BODY;
+    return end == cl || *end || n > max;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -117,7 +145,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st = calloc(1, sizeof(*st));
         if (!st)
             return MHD_NO;
-        sl_buf_init(&st->body, SL_HTTP_MAX_BODY);
         *con_cls = st;
         st->pathbuf = strdup(url);
         if (!st->pathbuf)
@@ -142,7 +169,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return queue_error(conn, SL_E_METHOD_NOT_ALLOWED,
                                "this path does not accept this method", allow);
         }
-        if (content_length_too_large(conn)) {
+        sl_buf_init(&st->body, route_max_body(st->route));
+        if (content_length_too_large(conn, route_max_body(st->route))) {
             st->responded = true;
             return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
         }
@@ -174,7 +202,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
      * refuse it per field (and the file API with its own message). */
     _cleanup_json_ json_t *body = NULL;
     if (st->route->body) {
-        if (st->body.len > 0)
+        if (st->body.len > 0 &&
+            !json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
             body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
         if (!json_is_object(body))
             return queue_invalid_body(conn);

@@ -15,8 +15,11 @@ struct sl_config;
 struct sl_service;
 struct sl_http;
 
-/* Largest request body accepted: a 45 MiB base64 file plus JSON overhead. */
-#define SL_HTTP_MAX_BODY ((size_t)48 * 1024 * 1024 + 64 * 1024)
+/* Body caps are per route (api/router.h); every body must also hold at
+ * most this many JSON objects and arrays, so a small body cannot expand
+ * into a huge tree in memory (no request of the API needs more than a
+ * handful). */
+#define SL_HTTP_MAX_JSON_CONTAINERS 256
 #define SL_HTTP_MAX_CONNECTIONS 512
 
 struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,

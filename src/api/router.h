@@ -48,7 +48,15 @@ struct sl_route_def {
     const char *request_schema;  /* components.schemas name or NULL */
     const char *response_schema; /* components.schemas name or NULL (then text) */
     const struct sl_query_param *query; /* terminated by a NULL name, or NULL */
+    size_t max_body; /* largest accepted body; 0 = SL_ROUTE_DEFAULT_MAX_BODY */
 };
+
+/* Bodies of small requests (resolve, connect, mkdir ...) stay small. */
+#define SL_ROUTE_DEFAULT_MAX_BODY ((size_t)64 * 1024)
+/* An exec request: 256 argv items and 128 env values of 64 Ki characters. */
+#define SL_ROUTE_EXEC_MAX_BODY ((size_t)26 * 1024 * 1024)
+/* A file write: 45 MiB of base64 plus the JSON around it. */
+#define SL_ROUTE_FILE_MAX_BODY ((size_t)48 * 1024 * 1024 + 64 * 1024)
 
 extern const struct sl_route_def sl_routes[];
 extern const size_t sl_routes_len;

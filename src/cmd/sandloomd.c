@@ -105,13 +105,21 @@ int main(void)
         goto out;
     }
 
-    /* Metadata store and schema (RUNTIME.md §2 step 2). */
+    /* Metadata store and schema (RUNTIME.md §2 step 2). The database holds
+     * every command line and environment: created 0600 whatever the umask
+     * (SQLite gives its -wal/-shm files the database file's mode). Still
+     * single-threaded here, so the process-wide umask change is safe. */
+    mode_t old_umask = umask(077);
     store = sl_store_open(&cfg, &err);
+    int schema_rc = store ? store->ops->prepare_schema(store, cfg.database_auto_ddl, &warnings,
+                                                       &err)
+                          : -1;
+    umask(old_umask);
     if (!store) {
         failure = "DatabaseError";
         goto out;
     }
-    if (store->ops->prepare_schema(store, cfg.database_auto_ddl, &warnings, &err) < 0) {
+    if (schema_rc < 0) {
         failure = "SchemaDriftError";
         goto out;
     }

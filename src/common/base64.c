@@ -64,12 +64,8 @@ int sl_base64_decode_strict(const char *in, size_t len, struct sl_buf *out, size
         }
         uint32_t n =
             (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (uint32_t)v[2] << 6 | (uint32_t)v[3];
-        /* Non-canonical encodings (bits set after the last full byte) would
-         * give two spellings of the same content. */
-        if (last && pad == 2 && (v[1] & 0x0f))
-            goto invalid;
-        if (last && pad == 1 && (v[2] & 0x03))
-            goto invalid;
+        /* Bits after the last full byte are ignored, as Python's
+         * b64decode(validate=True) does: "QR==" decodes like "QQ==". */
         dst[o++] = (unsigned char)(n >> 16);
         if (!last || pad < 2)
             dst[o++] = (unsigned char)(n >> 8);

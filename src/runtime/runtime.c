@@ -212,6 +212,13 @@ int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
     return rt_run(rt, rt->level, req, res, err);
 }
 
+int sl_rt_kill_sandbox(uid_t uid, struct sl_error *err)
+{
+    if (sl_spawn_kill_uid(uid) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot stop the sandbox's processes");
+    return 0;
+}
+
 int sl_rt_running(const struct sl_runtime *rt)
 {
     return atomic_load(&rt->running);

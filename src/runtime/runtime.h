@@ -75,6 +75,11 @@ const struct sl_rt_profile *sl_rt_profile(const struct sl_runtime *rt);
  * -1 when the sandbox could not be started (err says why). */
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err);
+/* Kill every process of a sandbox (its host uid is unique to it). At
+ * standard/strict nothing outlives its execution anyway; at basic a process
+ * that left the process group would, and release must not leave it. */
+int sl_rt_kill_sandbox(uid_t uid, struct sl_error *err);
+
 /* Number of sandbox processes currently running through this runtime. */
 int sl_rt_running(const struct sl_runtime *rt);
 void sl_rt_close(struct sl_runtime *rt);

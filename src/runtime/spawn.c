@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/keyctl.h>
 #include <linux/securebits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -78,6 +79,8 @@ enum spawn_stage {
     STAGE_SETUID,
     STAGE_PDEATHSIG,
     STAGE_SETSID,
+    STAGE_DUMPABLE,
+    STAGE_KEYRING,
     STAGE_NESTED_USERNS,
     STAGE_PRIVATE,
     STAGE_SCRATCH,
@@ -103,6 +106,8 @@ enum spawn_stage {
 static const char *const stage_names[STAGE_COUNT] = {
     [STAGE_SYNC] = "wait for the parent",
     [STAGE_SETGROUPS] = "drop supplementary groups",
+    [STAGE_KEYRING] = "join a new session keyring",
+    [STAGE_DUMPABLE] = "mark the process non-dumpable",
     [STAGE_SETGID] = "switch gid",
     [STAGE_SETUID] = "switch uid",
     [STAGE_PDEATHSIG] = "set parent-death signal",
@@ -563,6 +568,14 @@ static void child_credentials(const struct spawn_child *c)
     CHILD_TRY(c, STAGE_SETGROUPS, -1, syscall(SYS_setgroups, 0, NULL));
     CHILD_TRY(c, STAGE_SETGID, -1, syscall(SYS_setresgid, 0, 0, 0));
     CHILD_TRY(c, STAGE_SETUID, -1, syscall(SYS_setresuid, 0, 0, 0));
+    /* Until exec this process is a copy of the daemon's memory (the token
+     * included): nobody may ptrace or core-dump it, whatever the host's
+     * suid_dumpable says. exec resets the flag for the sandboxed program. */
+    CHILD_TRY(c, STAGE_DUMPABLE, -1, prctl(PR_SET_DUMPABLE, 0, 0, 0, 0));
+    /* A fresh session keyring: otherwise every sandbox would share the
+     * daemon's (systemd and container runtimes give services one), and one
+     * tenant could read or replace keys another tenant stored there. */
+    CHILD_TRY(c, STAGE_KEYRING, -1, syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL));
     /* Only now: any euid/egid change clears the parent-death signal. It is
      * tied to the cloning thread, which stays in sl_rt_exec until we end. */
     CHILD_TRY(c, STAGE_PDEATHSIG, -1, prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
@@ -1049,4 +1062,41 @@ int sl_spawn_reap(struct sl_spawn_proc *proc, siginfo_t *si)
     proc->pidfd = proc->out_fd = proc->err_fd = -1;
     errno = saved;
     return rc;
+}
+
+int sl_spawn_kill_uid(uid_t uid)
+{
+    if (uid == 0) {
+        errno = EPERM; /* kill(-1) as root would take the host down */
+        return -1;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* A fork of a multi-threaded daemon: raw syscalls only. kill(-1)
+         * reaches every process whose real or saved uid is ours — exactly
+         * the sandbox's, in any PID namespace, since the uid is unique to
+         * one sandbox. */
+        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, uid, uid, uid) < 0 ||
+            syscall(SYS_setresuid, uid, uid, uid) < 0)
+            _exit(1);
+        kill(-1, SIGKILL);
+        _exit(0);
+    }
+    int saved = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        errno = saved;
+        return -1;
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        errno = EPERM;
+        return -1;
+    }
+    return 0;
 }

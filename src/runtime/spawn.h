@@ -80,4 +80,8 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
 /* Wait for the process and close proc's descriptors. Returns 0 with *si. */
 int sl_spawn_reap(struct sl_spawn_proc *proc, siginfo_t *si);
 
+/* SIGKILL every process whose uid is `uid`, from a short-lived child that
+ * takes that uid and calls kill(-1). 0 on success, -1 with errno. */
+int sl_spawn_kill_uid(uid_t uid);
+
 #endif

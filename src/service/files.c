@@ -1,5 +1,6 @@
 /* The File API on the owner (spec API.md §3.12, §5): fence, runtime lookup,
  * then one safe operation of workspace/files.c. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,10 +10,26 @@
 #include "service/internal.h"
 #include "workspace/files.h"
 
+struct file_ctx {
+    struct sl_service *svc;
+    const char *sandbox_id;
+    int64_t generation;
+};
+
+/* Under the file locks (§5.3): still live here at this generation? A
+ * release marks the sandbox destroying before it takes the global lock
+ * exclusively, so checking the live table while we hold it shared closes
+ * the race with destroy. */
+static int file_recheck(void *arg, struct sl_error *err)
+{
+    const struct file_ctx *c = arg;
+    return svc_live_lookup(c->svc, c->sandbox_id, c->generation, NULL, err);
+}
+
 /* Fence + owner + live lookup; on success returns the sandbox root fd and
- * fills *target. */
+ * fills *target (which points at *ctx for the re-check). */
 static int file_prepare(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                        struct sl_ws_target *target, struct sl_error *err)
+                        struct sl_ws_target *target, struct file_ctx *ctx, struct sl_error *err)
 {
     struct sl_route route = {0};
     if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
@@ -27,9 +44,12 @@ static int file_prepare(struct sl_service *svc, const char *sandbox_id, int64_t 
     int fd = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, err);
     if (fd < 0)
         return -1;
+    *ctx = (struct file_ctx){svc, sandbox_id, generation};
     target->root_fd = fd;
     target->uid = uid;
     target->max_file_bytes = svc->cfg->max_file_api_bytes;
+    target->recheck = file_recheck;
+    target->recheck_ctx = ctx;
     return fd;
 }
 
@@ -39,16 +59,34 @@ static void file_done(struct sl_service *svc, const char *sandbox_id, int64_t ge
     svc_route_touch(svc, sandbox_id, generation);
 }
 
-/* A JSON string of the path as the client sent it (the API echoes paths
- * back; a path is not a secret, unlike validation inputs). */
-static json_t *path_json(struct sl_file_path p) { return json_stringn(p.s, p.len); }
+/* A JSON string of bytes that may not be UTF-8 (a path as the client sent
+ * it, a name the sandbox created): invalid sequences become U+FFFD, so an
+ * entry is shown rather than dropped. The API echoes paths back; a path is
+ * not a secret, unlike validation inputs. */
+static json_t *bytes_json(const char *s, size_t len)
+{
+    size_t n = 0;
+    _cleanup_free_ char *text = sl_utf8_repair(s, len, &n);
+    return text ? json_stringn(text, n) : NULL;
+}
+
+static json_t *path_json(struct sl_file_path p) { return bytes_json(p.s, p.len); }
+
+/* json_pack failed (out of memory): say so instead of answering nothing. */
+static json_t *checked(json_t *doc, struct sl_error *err)
+{
+    if (!doc)
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    return doc;
+}
 
 json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                           struct sl_file_path path, const char *b64, size_t b64_len,
                           struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0)
         return NULL;
     struct sl_buf data;
@@ -62,14 +100,15 @@ json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_
     if (rc < 0)
         return NULL;
     file_done(svc, sandbox_id, generation);
-    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+    return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);
 }
 
 json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                          struct sl_file_path path, struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0)
         return NULL;
     struct sl_buf data;
@@ -85,7 +124,7 @@ json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t
         return NULL;
     }
     file_done(svc, sandbox_id, generation);
-    return json_pack("{s:o,s:s}", "path", path_json(path), "content_base64", encoded);
+    return checked(json_pack("{s:o,s:s}", "path", path_json(path), "content_base64", encoded), err);
 }
 
 json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t generation,
@@ -93,7 +132,8 @@ json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t
                          struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0)
         return NULL;
     if (limit > svc->cfg->max_list_entries)
@@ -104,14 +144,21 @@ json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t
     json_t *entries = json_array();
     for (size_t i = 0; i < l.n; i++) {
         const struct sl_ws_entry *e = &l.entries[i];
-        json_array_append_new(entries,
-                              json_pack("{s:s,s:s,s:s,s:I,s:f,s:i}", "name", e->name, "path",
-                                        e->path, "type", e->type, "size_bytes",
-                                        (json_int_t)e->size_bytes, "modified_at", e->modified_at,
-                                        "mode", e->mode));
+        json_t *entry = json_pack("{s:o,s:o,s:s,s:I,s:f,s:i}", "name",
+                                  bytes_json(e->name, strlen(e->name)), "path",
+                                  bytes_json(e->path, strlen(e->path)), "type", e->type,
+                                  "size_bytes", (json_int_t)e->size_bytes, "modified_at",
+                                  e->modified_at, "mode", e->mode);
+        if (!entry || json_array_append_new(entries, entry) < 0) {
+            json_decref(entries);
+            sl_ws_listing_free(&l);
+            return checked(NULL, err);
+        }
     }
-    json_t *answer = json_pack("{s:o,s:o,s:I,s:b}", "path", path_json(path), "entries", entries,
-                               "total", (json_int_t)l.total, "has_more", l.has_more);
+    json_t *answer = checked(json_pack("{s:o,s:o,s:I,s:b}", "path", path_json(path), "entries",
+                                       entries, "total", (json_int_t)l.total, "has_more",
+                                       l.has_more),
+                             err);
     sl_ws_listing_free(&l);
     file_done(svc, sandbox_id, generation);
     return answer;
@@ -121,22 +168,24 @@ json_t *sl_svc_file_mkdir(struct sl_service *svc, const char *sandbox_id, int64_
                           struct sl_file_path path, bool parents, struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0 || ws_file_mkdir(&t, path.s, path.len, parents, err) < 0)
         return NULL;
     file_done(svc, sandbox_id, generation);
-    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+    return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);
 }
 
 json_t *sl_svc_file_delete(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                            struct sl_file_path path, bool recursive, struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0 || ws_file_delete(&t, path.s, path.len, recursive, err) < 0)
         return NULL;
     file_done(svc, sandbox_id, generation);
-    return json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path));
+    return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);
 }
 
 json_t *sl_svc_file_move(struct sl_service *svc, const char *sandbox_id, int64_t generation,
@@ -144,10 +193,11 @@ json_t *sl_svc_file_move(struct sl_service *svc, const char *sandbox_id, int64_t
                          struct sl_error *err)
 {
     struct sl_ws_target t = {0};
-    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, err);
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
     if (fd < 0 || ws_file_move(&t, src.s, src.len, dst.s, dst.len, overwrite, err) < 0)
         return NULL;
     file_done(svc, sandbox_id, generation);
-    return json_pack("{s:s,s:o,s:o}", "status", "ok", "source", path_json(src), "destination",
-                     path_json(dst));
+    return checked(json_pack("{s:s,s:o,s:o}", "status", "ok", "source", path_json(src), "destination",
+                     path_json(dst)), err);
 }

@@ -91,25 +91,7 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
 void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation)
 {
     struct sl_error err = {0};
-    struct sl_route r = {0};
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (svc->store->ops->route_get(svc->store, sandbox_id, &r, &err) != 1)
-            break;
-        if (r.generation != generation ||
-            !(status_is(&r, "ASSIGNED") || status_is(&r, "READY") || status_is(&r, "RUNNING"))) {
-            break;
-        }
-        char status[16];
-        snprintf(status, sizeof(status), "%s", r.status);
-        const char *expect[] = {status, NULL};
-        r.last_active_at = r.updated_at = sl_now_us();
-        int rc = svc->store->ops->route_cas(svc->store, &r, generation, expect, &err);
-        sl_route_clear(&r);
-        if (rc != 0)
-            break;
-    }
-    sl_route_clear(&r);
-    if (err.code)
+    if (svc->store->ops->route_touch(svc->store, sandbox_id, generation, sl_now_us(), &err) < 0)
         sl_warn("route %s: activity refresh failed: %s", sandbox_id, sl_error_text(&err));
 }
 
@@ -472,10 +454,6 @@ json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t g
     if (ws_sandbox_create(svc->cfg->workspace_root, sandbox_id, (uid_t)r.sandbox_uid,
                           disk.available, err) < 0)
         goto out;
-    if (svc_live_register(svc, sandbox_id, r.generation, (uid_t)r.sandbox_uid) < 0) {
-        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-        goto out;
-    }
     if (status_is(&r, "RUNNING")) {
         sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
         goto out;
@@ -493,6 +471,11 @@ json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t g
         sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
         goto out;
     }
+    /* Live only once the route says READY at this generation. */
+    if (svc_live_register(svc, sandbox_id, r.generation, (uid_t)r.sandbox_uid) < 0) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        goto out;
+    }
     answer = json_pack("{s:s,s:I,s:I,s:s}", "sandbox_id", sandbox_id, "generation",
                        (json_int_t)generation, "uid", (json_int_t)r.sandbox_uid, "status", "READY");
 out:
@@ -505,10 +488,15 @@ out:
 /* The owner's destroy (RUNTIME.md §9): refuse new calls, drain in-flight
  * file calls and executions through the global lock, forget the live entry,
  * move the root into the trash. */
-static int worker_destroy(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+static int worker_destroy(struct sl_service *svc, const char *sandbox_id, uid_t uid,
+                          struct sl_error *err)
 {
     svc_live_mark_destroying(svc, sandbox_id);
     struct sl_error ignored = {0};
+    /* Nothing of the sandbox may outlive it (a process that escaped its
+     * execution's process group at basic level). */
+    if (sl_rt_kill_sandbox(uid, err) < 0)
+        return sl_error_wrap(err, "destroy %s", sandbox_id);
     _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, &ignored);
     _cleanup_close_ int lockfd = -1;
     if (rootfd >= 0)
@@ -533,17 +521,35 @@ json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl
     _cleanup_free_ char *actor = NULL;
     int64_t now = sl_now_us();
     int64_t gen = r.generation;
-    if (status_is(&r, "RUNNING")) {
+    /* A RUNNING route is busy while its owner lives. Once the owner is gone
+     * (a crash: the registry no longer has its epoch) the executions can
+     * never finish, so release takes it as the reaper's worker-lost claim
+     * would (FLEET.md §6.1) instead of refusing until someone resolves. */
+    struct sl_worker_entry owner;
+    int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner, err) : 0;
+    if (live < 0)
+        goto out;
+    bool owner_live = live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0;
+    if (status_is(&r, "RUNNING") && owner_live) {
         sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
         goto out;
     }
     if (!status_is(&r, "RELEASING")) {
+        bool was_running = status_is(&r, "RUNNING");
         snprintf(r.status, sizeof(r.status), "RELEASING");
         r.last_active_at = r.updated_at = now;
         const char *claimable[] = {"ASSIGNED", "READY", "SUSPENDING", "SUSPENDED", NULL};
-        int rc = svc->store->ops->route_cas(svc->store, &r, gen, claimable, err);
+        const char *lost[] = {"RUNNING", NULL};
+        replace_str(&r.active_exec_id, NULL);
+        int rc = svc->store->ops->route_cas(svc->store, &r, gen, was_running ? lost : claimable,
+                                            err);
         if (rc < 0)
             goto out;
+        if (rc == 1 && was_running) {
+            struct sl_error ignored = {0};
+            svc->store->ops->exec_mark_running(svc->store, sandbox_id, gen, "WORKER_LOST", now,
+                                               &ignored);
+        }
         if (rc == 0) {
             struct sl_route now_r = {0};
             int again = svc->store->ops->route_get(svc->store, sandbox_id, &now_r, err);
@@ -558,20 +564,16 @@ json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl
     /* Destroy on the owner. Live with the same epoch => it is this process
      * in this build (a peer would be called over /internal/v1). Owner gone:
      * destroy locally when storage is shared or we are the recorded owner. */
-    struct sl_worker_entry owner;
-    int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner, err) : 0;
-    if (live < 0)
-        goto out;
     bool owner_is_us = r.worker_id && strcmp(r.worker_id, svc->worker_id) == 0;
-    if (live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0) {
+    if (owner_live) {
         if (!owner_is_us) {
             sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
             goto out;
         }
-        if (worker_destroy(svc, sandbox_id, err) < 0)
+        if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) < 0)
             goto out;
     } else if (svc->cfg->shared_root || owner_is_us) {
-        if (worker_destroy(svc, sandbox_id, err) < 0)
+        if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) < 0)
             goto out;
     }
 

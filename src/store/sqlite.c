@@ -65,6 +65,7 @@ enum stmt_id {
     ST_ROUTE_EXISTS,
     ST_ROUTE_INSERT,
     ST_ROUTE_CAS,
+    ST_ROUTE_TOUCH,
     ST_ROUTE_FENCE,
     ST_ROUTE_ADMIT,
     ST_ROUTE_FINISH,
@@ -93,6 +94,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* sandbox_uid (?6) and created_at (?24) are bound but never written: the
      * uid is permanent for the life of the id and created_at is the row's
      * birth (FLEET.md §2.2). */
+    [ST_ROUTE_TOUCH] = "UPDATE " ROUTE_TABLE " SET last_active_at = ?3, updated_at = ?3 "
+                       "WHERE sandbox_id = ?1 AND generation = ?2 "
+                       "AND status IN ('ASSIGNED', 'READY', 'RUNNING')",
     [ST_ROUTE_CAS] = "UPDATE " ROUTE_TABLE " SET workspace_scope_id = ?2, worker_id = ?3, "
                      "worker_epoch = ?4, generation = ?5, profile_id = ?7, profile_hash = ?8, "
                      "status = ?9, storage_mode = ?10, active_exec_id = ?11, "
@@ -125,7 +129,9 @@ static const char *const stmt_sql[ST_COUNT] = {
                        "'RUNNING', ?5, ?6, NULL, NULL, NULL, 0, ?7, NULL, ?7)",
     [ST_EXEC_FINISH] = "UPDATE " EXEC_TABLE " SET status = ?3, exit_code = ?4, stdout_text = ?5, "
                        "stderr_text = ?6, truncated = ?7, finished_at = ?8 "
-                       "WHERE sandbox_id = ?1 AND exec_id = ?2",
+                       /* Only a running record finishes: one already marked
+                        * WORKER_LOST by a reassignment keeps that verdict. */
+                       "WHERE sandbox_id = ?1 AND exec_id = ?2 AND status = 'RUNNING'",
     [ST_EXEC_EARLIEST] = "SELECT exec_id FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
                          "AND generation = ?2 AND status = 'RUNNING' "
                          "ORDER BY started_at IS NULL, started_at, created_at, exec_id LIMIT 1",
@@ -801,6 +807,24 @@ static int sqlite_route_cas(struct sl_store *s, const struct sl_route *r, int64_
     return changed > 0 ? 1 : 0;
 }
 
+static int sqlite_route_touch(struct sl_store *s, const char *sandbox_id, int64_t generation,
+                              int64_t now, struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_TOUCH, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, sandbox_id);
+    bind_int64(&b, 2, generation);
+    bind_ts(&b, 3, now, false);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    int changed = run(st, stmt, err);
+    return changed < 0 ? -1 : changed > 0 ? 1 : 0;
+}
+
 /* ---- executions ---- */
 
 static int exec_lookup(struct sqlite_store *st, const char *sandbox_id, const char *exec_id,
@@ -1141,6 +1165,7 @@ static const struct sl_store_ops sqlite_ops = {
     .route_get = sqlite_route_get,
     .route_insert = sqlite_route_insert,
     .route_cas = sqlite_route_cas,
+    .route_touch = sqlite_route_touch,
     .exec_get = sqlite_exec_get,
     .exec_admit = sqlite_exec_admit,
     .exec_finish = sqlite_exec_finish,

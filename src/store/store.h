@@ -113,6 +113,12 @@ struct sl_store_ops {
     int (*route_cas)(struct sl_store *s, const struct sl_route *r, int64_t expect_generation,
                      const char *const *expect_statuses, struct sl_error *err);
 
+    /* Activity (FLEET.md §6.3): last_active_at = updated_at = now for an
+     * awake route (ASSIGNED/READY/RUNNING) at `generation`; touches nothing
+     * else. 1 written, 0 no such awake route, -1 error. */
+    int (*route_touch)(struct sl_store *s, const char *sandbox_id, int64_t generation,
+                       int64_t now, struct sl_error *err);
+
     /* Executions. get: 1 found, 0 absent, -1 error. */
     int (*exec_get)(struct sl_store *s, const char *sandbox_id, const char *exec_id,
                     struct sl_exec_record *out, struct sl_error *err);

@@ -135,7 +135,7 @@ static int ws_lock(const struct sl_ws_target *t, const struct sl_wpath *a, const
             break;
     }
     if (l->global >= 0 && l->path[0] >= 0 && (!keys[1] || l->path[1] >= 0))
-        return 0;
+        return t->recheck ? t->recheck(t->recheck_ctx, err) : 0;
     if (errno == EWOULDBLOCK)
         return -1; /* err already says SANDBOX_FILE_PATH_LOCKED */
     /* A lock that cannot be taken for another reason is an OS error like

@@ -27,6 +27,12 @@ struct sl_ws_target {
     int root_fd;            /* <sandbox_root>, O_PATH|O_DIRECTORY; not owned */
     uid_t uid;              /* sandbox host uid (gid is the same number) */
     int64_t max_file_bytes; /* SANDBOX_MAX_FILE_API_BYTES */
+    /* Called with the locks held, before the workspace is touched: the
+     * re-check of §5.3 that the sandbox is still live at the caller's
+     * generation (a release may have won the race since the caller looked).
+     * NULL to skip; < 0 with err filled refuses. */
+    int (*recheck)(void *ctx, struct sl_error *err);
+    void *recheck_ctx;
 };
 
 /* A path normalised per §5.1. */

@@ -55,7 +55,7 @@ class Daemon:
 
     _seq = 0
 
-    def __init__(self, binary, env=None, *, state_dir=None, token=_DEFAULT, unset=()):
+    def __init__(self, binary, env=None, *, state_dir=None, token=_DEFAULT, unset=(), port=None):
         self.binary = Path(binary)
         self.owns_state = state_dir is None
         if state_dir is None:
@@ -63,7 +63,7 @@ class Daemon:
             # Like /var/lib: traversable by the sandbox uids, not listable.
             os.chmod(state_dir, 0o711)
         self.state = Path(state_dir)
-        self.port = free_port()
+        self.port = port or free_port()
         self.token = secrets.token_urlsafe(32) if token is _DEFAULT else token
         self.sandbox_root = self.state / "sandboxes"
         self.db_path = self.state / "sandloom.db"
@@ -199,7 +199,7 @@ def client(daemon):
 @pytest.fixture
 def daemon_factory(sandloomd_binary):
     """start(env=None, *, state_dir=None, token=<random>|None, unset=(),
-             expect_exit=False, timeout=20)
+             expect_exit=False, timeout=20, port=None)
     Normal mode: returns a healthy Daemon (stopped and cleaned at teardown).
     expect_exit=True: returns (returncode, stderr); returncode is None if
     the daemon was still running after `timeout` seconds (it is then killed).
@@ -207,8 +207,9 @@ def daemon_factory(sandloomd_binary):
     started = []
 
     def start(env=None, *, state_dir=None, token=_DEFAULT, unset=(), expect_exit=False,
-              timeout=None):
-        d = Daemon(sandloomd_binary, env, state_dir=state_dir, token=token, unset=unset)
+              timeout=None, port=None):
+        d = Daemon(sandloomd_binary, env, state_dir=state_dir, token=token, unset=unset,
+                   port=port)
         started.append(d)
         d.spawn()
         if expect_exit:

@@ -10,7 +10,10 @@ import pytest
 
 from sandloom_client import API, Resp, assert_error, assert_invalid
 
+# Per-route body caps (api/router.h): the file write, an exec, the rest.
 BODY_CAP = 48 * 1024 * 1024 + 64 * 1024
+EXEC_CAP = 26 * 1024 * 1024
+SMALL_CAP = 64 * 1024
 
 
 def marker():
@@ -248,12 +251,12 @@ def test_oversized_body_is_413_without_reading_it(daemon, client):
 def test_body_at_the_cap_is_accepted_for_parsing(daemon, client):
     """Exactly the cap is not too large: the body is read and then refused
     as invalid JSON (422), not 413."""
-    head = (f"POST {API}/resolve HTTP/1.1\r\n"
+    head = (f"PUT {API}/x-id/files HTTP/1.1\r\n"
             f"Host: 127.0.0.1:{daemon.port}\r\n"
             f"Authorization: Bearer {daemon.token}\r\n"
             f"Content-Type: application/json\r\n"
             f"Content-Length: {BODY_CAP}\r\n\r\n").encode()
-    r = raw_exchange(daemon.port, head + b"x" * BODY_CAP, timeout=60.0, method="POST")
+    r = raw_exchange(daemon.port, head + b"x" * BODY_CAP, timeout=60.0, method="PUT")
     assert r.status == 422, r
     assert_invalid(r)
     r = client.get("/health", auth=False)
@@ -286,7 +289,7 @@ def test_chunked_body_over_the_cap_is_413(daemon):
                    f"Transfer-Encoding: chunked\r\n\r\n").encode())
         chunk = b"x" * (1024 * 1024)
         try:
-            for _ in range(BODY_CAP // len(chunk) + 2):
+            for _ in range(SMALL_CAP // len(chunk) + 2):
                 s.sendall(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
             s.sendall(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -342,3 +345,33 @@ def test_persistent_connection(daemon, ready_sandbox):
             assert r.status == status, (method, path, r.status, raw[:300])
     finally:
         conn.close()
+
+
+def test_small_routes_have_small_caps(daemon, client):
+    """Only the file write and exec take large bodies; resolve refuses one
+    byte over 64 KiB from the Content-Length alone."""
+    head = (f"POST {API}/resolve HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{daemon.port}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {SMALL_CAP + 1}\r\n\r\n").encode()
+    r = raw_exchange(daemon.port, head + b"{", method="POST")
+    assert_error(r, 413, "SANDBOX_REQUEST_TOO_LARGE")
+    head = (f"POST {API}/x-id/exec HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{daemon.port}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\n"
+            f"Content-Type: application/json\r\n"
+            f"Content-Length: {EXEC_CAP + 1}\r\n\r\n").encode()
+    r = raw_exchange(daemon.port, head + b"{", method="POST")
+    assert_error(r, 413, "SANDBOX_REQUEST_TOO_LARGE")
+    assert client.get("/health", auth=False).status == 200
+
+
+def test_json_container_bomb_is_refused_before_parsing(daemon, client):
+    """A body of many tiny objects would expand a thousandfold in memory:
+    refused as invalid (422) without building it."""
+    bomb = b'{"argv": [' + b",".join([b"{}"] * 2_000_000) + b"]}"
+    assert len(bomb) < EXEC_CAP
+    r = client.post(f"{API}/x-id/exec", data=bomb, timeout=60)
+    assert_invalid(r)
+    assert client.get("/health", auth=False).status == 200

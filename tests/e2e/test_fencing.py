@@ -1,6 +1,10 @@
 """Generation fencing and route lookups: API.md §2.2, §3.5–§3.8, §3.14."""
 
+import os
+import signal
+import sqlite3
 import threading
+import time
 import uuid
 
 from sandloom_client import API, Sandbox, assert_error
@@ -143,3 +147,51 @@ def test_concurrent_resolves(client):
     assert len(uids) == 13, "every sandbox id gets its own uid"
     for target in {sid, *others}:
         client.delete(f"{API}/{target}")
+
+
+def test_daemon_crash_mid_exec_then_restart(daemon_factory):
+    """kill -9 while a command runs; restart on the same state and port (the
+    same worker id, a new epoch): the old generation is refused with 409
+    STALE_SANDBOX_ROUTE, release succeeds although the route was left
+    RUNNING, and the id can be resolved again (generation moves on)."""
+    d1 = daemon_factory()
+    sb = Sandbox(d1.client(), "crash-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    gen = sb.generation
+    def doomed_exec():
+        try:
+            sb.exec(["sleep", "30"], timeout=60)
+        except OSError:
+            pass  # the daemon dies under it: the connection drops
+
+    t = threading.Thread(target=doomed_exec)
+    t.start()
+    deadline = time.monotonic() + 10
+    while sb.route().body["status"] != "RUNNING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sb.route().body["status"] == "RUNNING"
+    os.killpg(d1.proc.pid, signal.SIGKILL)
+    d1.proc.wait(10)
+    t.join(30)
+
+    d2 = daemon_factory(state_dir=d1.state, token=d1.token, port=d1.port)
+    sb2 = Sandbox(d2.client(), sb.id, "scope")
+    sb2.generation = gen
+    # The old epoch is gone: stale for every sandbox-scoped call.
+    assert_error(sb2.exec(["true"]), 409, "STALE_SANDBOX_ROUTE")
+    assert sb2.route().body["status"] == "RUNNING"
+    # The running execution of the dead worker was marked lost at startup.
+    db = sqlite3.connect(d1.db_path)
+    rows = db.execute("SELECT status FROM agent_sandbox_exec WHERE sandbox_id = ?",
+                      (sb.id,)).fetchall()
+    db.close()
+    assert rows == [("WORKER_LOST",)], rows
+    r = sb2.release()
+    assert r.status == 200 and r.body == {"status": "RELEASED"}, r
+    route = sb2.route().body
+    assert route["status"] == "RELEASED" and route["generation"] == gen + 1, route
+    r = sb2.resolve()
+    assert r.status == 200 and r.body["generation"] == gen + 2, r
+    assert sb2.connect().status == 200
+    r = sb2.exec(["sh", "-c", "ls -A /workspace | wc -l"])
+    assert r.status == 200 and r.body["stdout"].strip() == "0", r

@@ -105,3 +105,14 @@ def test_nested_user_namespaces_are_disabled_and_hash_says_so(client):
     assert caps["disable_nested_userns"] is True
     level = caps["selected_level"]
     assert caps["profile_hash"] == f"bubblewrap-0.11.2-generic-v12-{level}-net-host", caps
+
+
+def test_database_is_private(daemon, client):
+    """The database stores command lines and environments: no one but the
+    service may read it (0600), whatever the umask it was started with."""
+    import os
+    import stat
+    assert client.get("/healthz").status == 200
+    for path in daemon.state.glob("sandloom.db*"):
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+        assert mode & 0o077 == 0, f"{path.name} has mode {oct(mode)}"

@@ -230,3 +230,62 @@ def test_parallel_exec_limit(daemon_factory):
             t.join(15)
     for n, r in results.items():
         assert r.status == 200 and r.body["status"] == "SUCCEEDED", (n, r)
+
+
+def _uid_processes(uid):
+    """Live (not zombie) host processes of a uid. A killed process may stay
+    a zombie until the host's PID 1 reaps it; it runs nothing."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid != uid:
+                    continue
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != "Z":
+                pids.append(int(pid))
+    return pids
+
+
+def test_release_kills_escaped_processes_at_basic(daemon_factory):
+    """At basic there is no PID namespace: a process that leaves its
+    execution's process group (setsid) outlives the execution. Release must
+    still leave nothing of the sandbox running."""
+    d = daemon_factory({"SANDBOX_ISOLATION_LEVEL": "basic"})
+    sb = Sandbox(d.client(), "esc-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    # The command waits until the escaped process has its own session (it
+    # writes its pid after setsid), so the escape itself is not raced.
+    r = sb.exec(["sh", "-c",
+                 "setsid sh -c 'echo $$ > /workspace/escaped.pid; exec sleep 300' "
+                 ">/dev/null 2>&1 < /dev/null & "
+                 "while [ ! -s /workspace/escaped.pid ]; do sleep 0.05; done; echo started"])
+    assert r.status == 200 and r.body["stdout"] == "started\n", r
+    uid = sb.uid
+    deadline = time.monotonic() + 5
+    while not _uid_processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _uid_processes(uid), "the escaped process should be running before release (basic)"
+    assert sb.release().status == 200
+    # Release kills synchronously; allow only the moment the kernel needs
+    # to reap the killed process.
+    deadline = time.monotonic() + 1
+    while _uid_processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _uid_processes(uid), f"processes of uid {uid} survive release"
+
+
+def test_non_utf8_names_are_listed_not_hidden(ready_sandbox):
+    """A name that is not UTF-8 is shown with U+FFFD, never dropped: a
+    sandbox must not be able to hide files from the file API's listing."""
+    sb = ready_sandbox
+    r = sb.exec(["sh", "-c", "touch /workspace/ok.txt \"/workspace/bad$(printf '\\377')name\""])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.list("/workspace")
+    assert r.status == 200, r
+    names = sorted(e["name"] for e in r.body["entries"])
+    assert r.body["total"] == 2 and len(names) == 2, r
+    assert "bad\ufffdname" in names and "ok.txt" in names, names

@@ -6,6 +6,8 @@
  * the launch cost next to fork+exec of /bin/true measured in the same run
  * (figures, never an assertion). */
 #include <dirent.h>
+#include <linux/keyctl.h>
+#include <sys/syscall.h>
 #include <errno.h>
 #include <ftw.h>
 #include <grp.h>
@@ -460,6 +462,31 @@ static void test_no_capabilities(void **state)
     }
 }
 
+/* The daemon's session keyring (systemd gives services one) must not be
+ * shared with sandboxes: a key the daemon possesses stays invisible. */
+static void test_session_keyring_not_shared(void **state)
+{
+    (void)state;
+    long ring = syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, "sl-test-ring");
+    assert_true(ring > 0);
+    long key = syscall(SYS_add_key, "user", "sl-test-marker", "secret", 6,
+                       KEY_SPEC_SESSION_KEYRING);
+    assert_true(key > 0);
+    /* Describe the session keyring from inside (keyctl(KEYCTL_DESCRIBE,
+     * KEY_SPEC_SESSION_KEYRING) through python3's ctypes): it must be a new
+     * one, not the daemon's "sl-test-ring". */
+    struct sl_rt_exec_result res;
+    char *argv[] = {(char *)"python3", (char *)"-c",
+                    (char *)"import ctypes; l = ctypes.CDLL(None); b = ctypes.create_string_buffer(512);"
+                            " n = l.syscall(250, 6, -3, b, 512); print(b.value.decode() if n > 0 else 'none')",
+                    NULL};
+    run_full(rt_auto, sandbox_root, SANDBOX_UID, argv, "/workspace", 10000, 4096, &res);
+    assert_int_equal(res.exit_code, 0);
+    assert_null(strstr(text(&res.out), "sl-test-ring"));
+    sl_rt_exec_result_free(&res);
+    syscall(SYS_keyctl, KEYCTL_INVALIDATE, key);
+}
+
 static void test_no_host_groups(void **state)
 {
     (void)state;
@@ -762,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_hostname_is_the_hosts),
         cmocka_unit_test(test_no_capabilities),
         cmocka_unit_test(test_no_host_groups),
+        cmocka_unit_test(test_session_keyring_not_shared),
         cmocka_unit_test(test_nested_user_namespace_denied),
         cmocka_unit_test(test_path_lookup),
         cmocka_unit_test(test_python_runtime),

@@ -576,6 +576,30 @@ static void test_route_insert_conflicts(void **state)
     sl_route_clear(&r);
 }
 
+/* route_touch moves only the two activity clocks of an awake route. */
+static void test_route_touch(void **state)
+{
+    struct sl_store *s = ((struct fixture *)*state)->store;
+    struct sl_error err = {0};
+    struct sl_route out;
+    route_put(s, "sb-t", 40011, 2, "READY");
+    route_put(s, "sb-r", 40012, 5, "RELEASED");
+    assert_int_equal(s->ops->route_touch(s, "sb-t", 1, T0 + 99, &err), 0); /* wrong generation */
+    assert_int_equal(s->ops->route_touch(s, "sb-r", 5, T0 + 99, &err), 0); /* not awake */
+    assert_int_equal(s->ops->route_touch(s, "nope", 1, T0 + 99, &err), 0);
+    assert_int_equal(s->ops->route_touch(s, "sb-t", 2, T0 + 77, &err), 1);
+    route_fetch(s, "sb-t", &out);
+    assert_int_equal(out.last_active_at, T0 + 77);
+    assert_int_equal(out.updated_at, T0 + 77);
+    assert_string_equal(out.status, "READY");
+    assert_int_equal(out.generation, 2);
+    assert_int_equal(out.created_at, T0);
+    sl_route_clear(&out);
+    route_fetch(s, "sb-r", &out);
+    assert_int_equal(out.updated_at, T0);
+    sl_route_clear(&out);
+}
+
 static void test_route_cas(void **state)
 {
     struct sl_store *s = ((struct fixture *)*state)->store;
@@ -1030,6 +1054,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_schema_is_store_error, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_route_roundtrip, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_insert_conflicts, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_route_touch, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_cas, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_admit_and_replay, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_admit_parallel_limit, setup_ready, teardown),
