@@ -195,3 +195,38 @@ def test_daemon_crash_mid_exec_then_restart(daemon_factory):
     assert sb2.connect().status == 200
     r = sb2.exec(["sh", "-c", "ls -A /workspace | wc -l"])
     assert r.status == 200 and r.body["stdout"].strip() == "0", r
+
+
+def test_restart_reassigns_with_history(daemon_factory):
+    """A worker restart (same id, new epoch) makes resolve reassign the
+    route: generation + 1, status ASSIGNED, a WORKER_REASSIGNED history entry
+    by system:route-reassign; a changed profile hash reassigns with
+    PROFILE_UPGRADE (API.md §3.5 steps 6 and 8)."""
+    d1 = daemon_factory()
+    sb = Sandbox(d1.client(), "re-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    gen = sb.generation
+    d1.stop()
+
+    d2 = daemon_factory(state_dir=d1.state, token=d1.token, port=d1.port)
+    sb2 = Sandbox(d2.client(), sb.id, "scope")
+    r = sb2.resolve()
+    assert r.status == 200, r
+    assert r.body["generation"] == gen + 1 and r.body["status"] == "ASSIGNED", r
+    audit = d2.client().get(f"{API}/{sb.id}/audit").body
+    last = audit["history"][-1]
+    assert last["release_reason"] == "WORKER_REASSIGNED", audit
+    assert last["released_by"] == "system:route-reassign", audit
+    assert last["generation"] == gen, audit
+    assert audit["lifecycle_count"] == 2, audit
+    assert sb2.connect().status == 200
+    d2.stop()
+
+    d3 = daemon_factory({"SANDBOX_PROFILE_HASH": "bubblewrap-0.11.2-generic-v13"},
+                        state_dir=d1.state, token=d1.token, port=d1.port)
+    sb3 = Sandbox(d3.client(), sb.id, "scope")
+    r = sb3.resolve()
+    assert r.status == 200 and r.body["generation"] == gen + 2, r
+    route = d3.client().get(f"{API}/{sb.id}").body
+    assert route["profile_hash"].startswith("bubblewrap-0.11.2-generic-v13-"), route
+    assert route["lifecycle_history"][-1]["release_reason"] == "PROFILE_UPGRADE", route
