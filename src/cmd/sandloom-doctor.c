@@ -72,12 +72,13 @@ int main(int argc, char **argv)
             }
             json_object_set_new(
                 report, "capabilities",
-                json_pack("{s:s,s:s,s:o,s:o,s:b,s:b,s:b,s:s}", "selected_level",
+                json_pack("{s:s,s:s,s:o,s:o,s:b,s:b,s:b,s:s,s:b,s:s}", "selected_level",
                           p->selected_level, "max_supported_level", p->max_supported_level,
                           "supported_levels", levels, "probe_failures", failures,
                           "pid_namespace", p->pid_namespace, "cgroup_namespace",
                           p->cgroup_namespace, "network_namespace", p->network_isolated,
-                          "runtime", "sandloom-native"));
+                          "runtime", "sandloom-native", "seccomp", 1, "seccomp_policy",
+                          p->seccomp_policy));
             json_object_set_new(report, "status", json_string("ready"));
             json_object_set_new(report, "can_start", json_true());
             exit_code = 0;

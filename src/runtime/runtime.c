@@ -20,6 +20,7 @@
 
 #include "common/cleanup.h"
 #include "common/syscalls.h"
+#include "runtime/seccomp.h"
 #include "runtime/spawn.h"
 
 enum { LEVEL_BASIC, LEVEL_STANDARD, LEVEL_STRICT, LEVEL_COUNT };
@@ -411,6 +412,7 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     pr->pid_namespace = rt->level >= LEVEL_STANDARD;
     pr->cgroup_namespace = rt->level >= LEVEL_STRICT;
     pr->network_isolated = rt->net_ns;
+    pr->seccomp_policy = SL_SECCOMP_POLICY_NAME;
     *out = rt;
     return 0;
 fail:

@@ -44,6 +44,7 @@ struct sl_rt_profile {
     bool supported[3];            /* basic, standard, strict */
     char probe_failure[3][512];   /* detail per failed level, "" if passed */
     bool pid_namespace, cgroup_namespace, network_isolated;
+    const char *seccomp_policy; /* name of the filter every sandbox process runs under */
 };
 
 struct sl_rt_exec_request {

@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <linux/capability.h>
 #include <linux/keyctl.h>
+#include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -99,6 +100,7 @@ enum spawn_stage {
     STAGE_NNP,
     STAGE_RLIMIT,
     STAGE_STDIO,
+    STAGE_SECCOMP,
     STAGE_EXEC,
     STAGE_COUNT
 };
@@ -107,6 +109,7 @@ static const char *const stage_names[STAGE_COUNT] = {
     [STAGE_SYNC] = "wait for the parent",
     [STAGE_SETGROUPS] = "drop supplementary groups",
     [STAGE_KEYRING] = "join a new session keyring",
+    [STAGE_SECCOMP] = "install the seccomp filter",
     [STAGE_DUMPABLE] = "mark the process non-dumpable",
     [STAGE_SETGID] = "switch gid",
     [STAGE_SETUID] = "switch uid",
@@ -502,6 +505,8 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
     lay->rl_nproc = (int64_t)clamp_limit(RLIMIT_NPROC, opt->max_processes);
     lay->rl_nofile = (int64_t)clamp_limit(RLIMIT_NOFILE, opt->max_open_files);
     lay->rl_fsize = (int64_t)clamp_limit(RLIMIT_FSIZE, opt->max_file_size_bytes);
+    if (sl_seccomp_build(&lay->seccomp, err) < 0)
+        goto fail;
     return 0;
 fail:
     sl_spawn_layout_free(lay);
@@ -524,6 +529,7 @@ void sl_spawn_layout_free(struct sl_spawn_layout *lay)
     free(lay->ro);
     free(lay->links);
     free(lay->python_src);
+    sl_seccomp_free(&lay->seccomp);
     if (lay->init_fd >= 0)
         close(lay->init_fd);
     *lay = (struct sl_spawn_layout){.init_fd = -1};
@@ -814,6 +820,9 @@ static _Noreturn void child_main(const struct spawn_child *c)
     sigset_t none;
     sigemptyset(&none);
     CHILD_TRY(c, STAGE_STDIO, -1, sigprocmask(SIG_SETMASK, &none, NULL));
+    /* Last: from here on only what the policy allows, execveat included. */
+    struct sock_fprog prog = {.len = c->lay->seccomp.len, .filter = c->lay->seccomp.filter};
+    CHILD_TRY(c, STAGE_SECCOMP, -1, syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
     sl_execveat(c->lay->init_fd, "", c->req->argv, c->req->envp, AT_EMPTY_PATH);
     child_fail(c, STAGE_EXEC, -1);
 }

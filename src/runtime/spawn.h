@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "runtime/runtime.h"
+#include "runtime/seccomp.h"
 
 /* A read-only host tree (or file) bound at the same, fully resolved path. */
 struct sl_spawn_bind {
@@ -48,6 +49,7 @@ struct sl_spawn_layout {
     int cap_last_cap;
     int64_t rl_cpu, rl_nproc, rl_nofile, rl_fsize; /* already clamped, -1 = unlimited */
     int init_fd;                                   /* sandloom-init, O_PATH, >= 3 */
+    struct sl_seccomp_program seccomp;             /* installed right before exec */
 };
 
 int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout *lay,

@@ -173,6 +173,10 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
                            0, "sandbox_disk_quota", 0, "execution_cgroup_supervision", 0);
     json_object_set_new(caps, "resource_control", rc);
     json_object_set_new(caps, "landlock", json_false());
+    /* Ours, beyond the reference (COMPAT.md §2): every sandbox process runs
+     * under a seccomp filter. */
+    json_object_set_new(caps, "seccomp", json_true());
+    json_object_set_new(caps, "seccomp_policy", json_string(p->seccomp_policy));
     json_object_set_new(caps, "extension", json_object());
     return caps;
 }

@@ -116,3 +116,8 @@ def test_database_is_private(daemon, client):
     for path in daemon.state.glob("sandloom.db*"):
         mode = stat.S_IMODE(os.stat(path).st_mode)
         assert mode & 0o077 == 0, f"{path.name} has mode {oct(mode)}"
+
+
+def test_seccomp_is_reported(client):
+    caps = client.get("/healthz").body["worker"]["capabilities"]
+    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v1", caps

@@ -487,6 +487,54 @@ static void test_session_keyring_not_shared(void **state)
     syscall(SYS_keyctl, KEYCTL_INVALIDATE, key);
 }
 
+/* The default seccomp policy: each refused syscall answers EPERM (ENOSYS for
+ * clone3), ordinary work (threads, fork) still runs, and a syscall through
+ * the x32 ABI kills the process. */
+static void test_seccomp_policy(void **state)
+{
+    (void)state;
+    const char *script =
+        "import ctypes, errno, os, threading\n"
+        "l = ctypes.CDLL(None, use_errno=True)\n"
+        "def err(*a):\n"
+        "    r = l.syscall(*a)\n"
+        "    return 'ok' if r >= 0 else errno.errorcode[ctypes.get_errno()]\n"
+        "print('bpf', err(321, 0, 0, 0))\n"
+        "print('keyctl', err(250, 0, 0, 0))\n"
+        "print('ptrace', err(101, 0, 0, 0))\n"
+        "print('io_uring_setup', err(425, 1, 0))\n"
+        "print('perf_event_open', err(298, 0, 0, -1, -1, 0))\n"
+        "print('unshare_user', err(272, 0x10000000))\n"
+        "print('clone3', err(435, 0, 0))\n"
+        "print('tiocsti', err(16, 0, 0x5412, ctypes.c_char_p(b'x')))\n"
+        "print('open_by_handle_at', err(304, 0, 0, 0))\n"
+        "t = threading.Thread(target=lambda: None); t.start(); t.join(); print('thread ok')\n"
+        "pid = os.fork()\n"
+        "if pid == 0: os._exit(7)\n"
+        "print('fork', os.waitpid(pid, 0)[1] >> 8)\n"
+        "print([x for x in open('/proc/self/status') if x.startswith('Seccomp:')][0].split()[1])\n";
+    char *argv[] = {(char *)"python3", (char *)"-c", (char *)script, NULL};
+    struct sl_rt_exec_result res;
+    run_full(rt_auto, sandbox_root, SANDBOX_UID, argv, "/workspace", 20000, 1 << 16, &res);
+    const char *out = text(&res.out);
+    if (res.exit_code != 0)
+        fail_msg("exit %d, stdout %s stderr %s", res.exit_code, out, text(&res.err));
+    assert_string_equal(out, "bpf EPERM\nkeyctl EPERM\nptrace EPERM\nio_uring_setup EPERM\n"
+                             "perf_event_open EPERM\nunshare_user EPERM\nclone3 ENOSYS\n"
+                             "tiocsti EPERM\nopen_by_handle_at EPERM\nthread ok\nfork 7\n2\n");
+    sl_rt_exec_result_free(&res);
+
+    /* getpid through the x32 ABI (syscall number | 0x40000000): killed by
+     * SIGSYS, so the shell reports 128 + 31. */
+    char *x32[] = {(char *)"python3", (char *)"-c",
+                   (char *)"import ctypes; ctypes.CDLL(None).syscall(0x40000027); print('alive')",
+                   NULL};
+    run_full(rt_auto, sandbox_root, SANDBOX_UID, x32, "/workspace", 20000, 4096, &res);
+    assert_int_equal(res.exit_code, 128 + SIGSYS);
+    assert_null(strstr(text(&res.out), "alive"));
+    sl_rt_exec_result_free(&res);
+}
+
 static void test_no_host_groups(void **state)
 {
     (void)state;
@@ -789,6 +837,7 @@ int main(void)
         cmocka_unit_test(test_hostname_is_the_hosts),
         cmocka_unit_test(test_no_capabilities),
         cmocka_unit_test(test_no_host_groups),
+        cmocka_unit_test(test_seccomp_policy),
         cmocka_unit_test(test_session_keyring_not_shared),
         cmocka_unit_test(test_nested_user_namespace_denied),
         cmocka_unit_test(test_path_lookup),
