@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -83,6 +85,7 @@ enum spawn_stage {
     STAGE_DUMPABLE,
     STAGE_KEYRING,
     STAGE_NESTED_USERNS,
+    STAGE_LOOPBACK,
     STAGE_PRIVATE,
     STAGE_SCRATCH,
     STAGE_PIVOT_SCRATCH,
@@ -109,6 +112,7 @@ static const char *const stage_names[STAGE_COUNT] = {
     [STAGE_SYNC] = "wait for the parent",
     [STAGE_SETGROUPS] = "drop supplementary groups",
     [STAGE_KEYRING] = "join a new session keyring",
+    [STAGE_LOOPBACK] = "bring up the loopback device",
     [STAGE_SECCOMP] = "install the seccomp filter",
     [STAGE_DUMPABLE] = "mark the process non-dumpable",
     [STAGE_SETGID] = "switch gid",
@@ -593,6 +597,22 @@ static void child_credentials(const struct spawn_child *c)
     CHILD_TRY(c, STAGE_SETSID, -1, setsid());
 }
 
+/* A new network namespace has only a loopback device, and it is down:
+ * bring it up so programs that talk to themselves over 127.0.0.1 work. No
+ * other interface exists, so there is no route out. */
+static void child_loopback_up(const struct spawn_child *c)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHILD_TRY(c, STAGE_LOOPBACK, -1, fd);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    CHILD_TRY(c, STAGE_LOOPBACK, -1, ioctl(fd, SIOCGIFFLAGS, &ifr));
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    CHILD_TRY(c, STAGE_LOOPBACK, -1, ioctl(fd, SIOCSIFFLAGS, &ifr));
+    close(fd);
+}
+
 static void child_disable_nested_userns(const struct spawn_child *c)
 {
     /* Creating a user namespace hands its creator every capability inside it
@@ -801,6 +821,8 @@ static _Noreturn void child_main(const struct spawn_child *c)
 
     child_credentials(c);
     child_disable_nested_userns(c);
+    if (c->req->net_ns)
+        child_loopback_up(c);
     child_enter_scratch(c);
     child_readonly_tree(c);
     child_dev(c);

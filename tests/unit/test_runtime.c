@@ -5,7 +5,10 @@
  * Every case checks what a process inside can observe; the last one prints
  * the launch cost next to fork+exec of /bin/true measured in the same run
  * (figures, never an assertion). */
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <linux/keyctl.h>
 #include <sys/syscall.h>
 #include <errno.h>
@@ -611,6 +614,35 @@ static void test_network_isolated(void **state)
     run_sh(rt_net, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '", &res);
     assert_string_equal(text(&res.out), "lo\n");
     sl_rt_exec_result_free(&res);
+
+    /* The host listens on 127.0.0.1:<port>; inside, the same address is the
+     * sandbox's own loopback (up, usable) where nothing listens. */
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(lfd >= 0);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(lfd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+    assert_int_equal(listen(lfd, 4), 0);
+    socklen_t alen = sizeof(addr);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&addr, &alen), 0);
+    char script[1024];
+    snprintf(script, sizeof(script),
+             "import socket\n"
+             "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1)\n"
+             "c = socket.create_connection(s.getsockname(), timeout=2); print('loopback up')\n"
+             "try:\n"
+             "    socket.create_connection(('127.0.0.1', %d), timeout=2); print('host reached')\n"
+             "except OSError as e:\n"
+             "    print('host unreachable')\n",
+             ntohs(addr.sin_port));
+    char *argv[] = {(char *)"python3", (char *)"-c", script, NULL};
+    run_full(rt_net, sandbox_root, SANDBOX_UID, argv, "/workspace", 20000, 4096, &res);
+    assert_string_equal(text(&res.out), "loopback up\nhost unreachable\n");
+    sl_rt_exec_result_free(&res);
+    /* Host mode (the reference's default) shares the host's network. */
+    run_full(rt_auto, sandbox_root, SANDBOX_UID, argv, "/workspace", 20000, 4096, &res);
+    assert_string_equal(text(&res.out), "loopback up\nhost reached\n");
+    sl_rt_exec_result_free(&res);
+    close(lfd);
 }
 
 static void test_strict_cgroup_namespace(void **state)
