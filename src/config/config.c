@@ -160,6 +160,10 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_MAX_FILE_SIZE_BYTES", max_file_size_bytes, "1073741824", 1, NOLIM),
     V_LIST("SANDBOX_READONLY_MOUNTS", readonly_mounts, "/usr,/bin,/sbin,/lib,/lib64,/etc", NULL,
            NULL, 0),
+    /* Ours: aggregate per-sandbox quotas (cgroups); 0 turns one off. */
+    V_INT("SANDBOX_MEMORY_LIMIT_BYTES", memory_limit_bytes, "2147483648", 0, NOLIM),
+    V_INT("SANDBOX_PIDS_LIMIT", pids_limit, "512", 0, NOLIM),
+    V_FLOAT("SANDBOX_CPU_LIMIT", cpu_limit, "2.0", 0, 0),
 
     /* 2.3 workspace and lifecycle */
     V_STR("SANDBOX_LOCAL_ROOT", local_root, "/var/lib/agent-sandbox/sandboxes", 0),

@@ -52,6 +52,11 @@ struct sl_config {
     int64_t max_open_files;
     int64_t max_file_size_bytes;
     struct sl_strlist readonly_mounts;
+    /* Ours (COMPAT.md §2): aggregate per-sandbox quotas through cgroups;
+     * 0 turns a quota off. */
+    int64_t memory_limit_bytes; /* SANDBOX_MEMORY_LIMIT_BYTES, default 2 GiB */
+    int64_t pids_limit;         /* SANDBOX_PIDS_LIMIT, default 512 */
+    double cpu_limit;           /* SANDBOX_CPU_LIMIT (CPUs), default 2.0 */
 
     /* 2.3 workspace and lifecycle */
     char *local_root;

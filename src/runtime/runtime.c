@@ -20,6 +20,7 @@
 
 #include "common/cleanup.h"
 #include "common/syscalls.h"
+#include "runtime/cgroup.h"
 #include "runtime/seccomp.h"
 #include "runtime/spawn.h"
 
@@ -32,6 +33,7 @@ static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "stric
 
 struct sl_runtime {
     struct sl_spawn_layout layout;
+    struct sl_cgroups *cgroups;
     struct sl_rt_profile profile;
     int level;
     bool net_ns;
@@ -177,10 +179,20 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
         .envp = req->envp ? req->envp : no_env,
         .deadline_us = deadline_us,
     };
+    int cgfds[SL_CGROUP_MAX_FDS];
+    int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, req->uid, cgfds, err) : 0;
+    if (ncg < 0)
+        return -1;
+    sreq.cgroup_fds = cgfds;
+    sreq.n_cgroup_fds = (size_t)ncg;
+    int64_t oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
     struct sl_spawn_proc proc;
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
-    if (sl_spawn_start(&rt->layout, &sreq, &proc, &spawn_err) < 0) {
+    int started = sl_spawn_start(&rt->layout, &sreq, &proc, &spawn_err);
+    for (int i = 0; i < ncg; i++)
+        close(cgfds[i]);
+    if (started < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */
@@ -204,6 +216,8 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
         return sl_error_errno(err, SL_E_RUNTIME, "lost the sandbox process");
     }
     res->exit_code = si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
+    int64_t oom_after = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
+    res->oom_killed = oom_before >= 0 && oom_after > oom_before;
     return 0;
 }
 
@@ -213,10 +227,12 @@ int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
     return rt_run(rt, rt->level, req, res, err);
 }
 
-int sl_rt_kill_sandbox(uid_t uid, struct sl_error *err)
+int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err)
 {
     if (sl_spawn_kill_uid(uid) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot stop the sandbox's processes");
+    if (rt->cgroups)
+        sl_cgroup_remove(rt->cgroups, uid);
     return 0;
 }
 
@@ -235,6 +251,7 @@ void sl_rt_close(struct sl_runtime *rt)
     if (!rt)
         return;
     sl_spawn_layout_free(&rt->layout);
+    sl_cgroups_close(rt->cgroups);
     free(rt);
 }
 
@@ -379,6 +396,21 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
         free(rt);
         return -1;
     }
+    struct sl_cgroup_limits limits = {
+        .memory_bytes = opt->memory_limit_bytes,
+        .pids = opt->pids_limit,
+        .cpus = opt->cpu_limit,
+    };
+    if (sl_cgroups_open(&limits, &rt->cgroups, err) < 0)
+        goto fail;
+    {
+        struct sl_rt_profile *p = &rt->profile;
+        p->cgroup_version = (int)sl_cgroups_version(rt->cgroups);
+        p->memory_quota = sl_cgroups_memory(rt->cgroups);
+        p->pids_quota = sl_cgroups_pids(rt->cgroups);
+        p->cpu_quota = sl_cgroups_cpu(rt->cgroups);
+        snprintf(p->cgroup_note, sizeof(p->cgroup_note), "%s", sl_cgroups_why(rt->cgroups));
+    }
 
     char probe_dir[PATH_MAX];
     if (probe_dir_create(opt->probe_root, opt->probe_uid, probe_dir, sizeof(probe_dir), err) < 0)
@@ -393,6 +425,7 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
             best = level;
     }
     probe_dir_remove(probe_dir);
+    sl_cgroup_remove(rt->cgroups, opt->probe_uid);
 
     if (best < 0) {
         sl_error_set(err, SL_E_CONFIG, 0,

@@ -35,6 +35,9 @@ struct sl_rt_options {
     const char *requested_level;               /* auto|basic|standard|strict|1|2|3 */
     const char *probe_root;                    /* dir for the probe sandbox (created, removed) */
     uid_t probe_uid;                           /* SANDBOX_UID_START */
+    /* Aggregate per-sandbox quotas (cgroups); 0 = no such quota. */
+    int64_t memory_limit_bytes, pids_limit;
+    double cpu_limit; /* CPUs */
 };
 
 /* What the startup probe found and selected. */
@@ -45,6 +48,9 @@ struct sl_rt_profile {
     char probe_failure[3][512];   /* detail per failed level, "" if passed */
     bool pid_namespace, cgroup_namespace, network_isolated;
     const char *seccomp_policy; /* name of the filter every sandbox process runs under */
+    int cgroup_version;         /* 0 none, 1, 2 */
+    bool memory_quota, pids_quota, cpu_quota; /* really enforced */
+    char cgroup_note[256];      /* why a quota is off, "" when all are on */
 };
 
 struct sl_rt_exec_request {
@@ -62,6 +68,7 @@ struct sl_rt_exec_result {
     int exit_code;         /* normal exit code; 128+N when the command died of signal N;
                               -N when the sandbox launcher itself was killed (timeout) */
     bool timed_out;
+    bool oom_killed;       /* the sandbox's memory quota killed a process during the run */
     bool truncated;
     struct sl_buf out, err; /* captured bytes (not NUL-safe text; caller decodes) */
     int64_t duration_ms;
@@ -76,10 +83,11 @@ const struct sl_rt_profile *sl_rt_profile(const struct sl_runtime *rt);
  * -1 when the sandbox could not be started (err says why). */
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err);
-/* Kill every process of a sandbox (its host uid is unique to it). At
- * standard/strict nothing outlives its execution anyway; at basic a process
- * that left the process group would, and release must not leave it. */
-int sl_rt_kill_sandbox(uid_t uid, struct sl_error *err);
+/* Kill every process of a sandbox (its host uid is unique to it) and remove
+ * its cgroups. At standard/strict nothing outlives its execution anyway; at
+ * basic a process that left the process group would, and release must not
+ * leave it. */
+int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err);
 
 /* Number of sandbox processes currently running through this runtime. */
 int sl_rt_running(const struct sl_runtime *rt);

@@ -84,6 +84,7 @@ enum spawn_stage {
     STAGE_SETSID,
     STAGE_DUMPABLE,
     STAGE_KEYRING,
+    STAGE_CGROUP_NS,
     STAGE_NESTED_USERNS,
     STAGE_LOOPBACK,
     STAGE_PRIVATE,
@@ -112,6 +113,7 @@ static const char *const stage_names[STAGE_COUNT] = {
     [STAGE_SYNC] = "wait for the parent",
     [STAGE_SETGROUPS] = "drop supplementary groups",
     [STAGE_KEYRING] = "join a new session keyring",
+    [STAGE_CGROUP_NS] = "enter a new cgroup namespace",
     [STAGE_LOOPBACK] = "bring up the loopback device",
     [STAGE_SECCOMP] = "install the seccomp filter",
     [STAGE_DUMPABLE] = "mark the process non-dumpable",
@@ -820,6 +822,10 @@ static _Noreturn void child_main(const struct spawn_child *c)
         _exit(127); /* the parent gave up; it reports why */
 
     child_credentials(c);
+    /* The cgroup namespace is made only now, after the parent placed us in
+     * the sandbox's cgroup: that cgroup becomes our view's root. */
+    if (c->req->cgroup_ns)
+        CHILD_TRY(c, STAGE_CGROUP_NS, -1, unshare(CLONE_NEWCGROUP));
     child_disable_nested_userns(c);
     if (c->req->net_ns)
         child_loopback_up(c);
@@ -1010,8 +1016,7 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
     };
     struct clone_args args = {
         .flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_PIDFD |
-                 (req->pid_ns ? CLONE_NEWPID : 0) | (req->cgroup_ns ? CLONE_NEWCGROUP : 0) |
-                 (req->net_ns ? CLONE_NEWNET : 0),
+                 (req->pid_ns ? CLONE_NEWPID : 0) | (req->net_ns ? CLONE_NEWNET : 0),
         .pidfd = (uint64_t)(uintptr_t)&pidfd,
         /* exec resets any other exit signal to SIGCHLD anyway. The daemon
          * must therefore neither ignore SIGCHLD nor reap with waitpid(-1):
@@ -1049,6 +1054,18 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: cannot write id maps");
         kill_and_reap(pidfd);
         goto out;
+    }
+    /* Into the sandbox's cgroups before it runs anything of its own, so
+     * every process it will ever start is counted against its quotas. */
+    char pidtext[24];
+    int pidlen = snprintf(pidtext, sizeof(pidtext), "%d", (int)pid);
+    for (size_t i = 0; i < req->n_cgroup_fds; i++) {
+        if (write(req->cgroup_fds[i], pidtext, (size_t)pidlen) != pidlen) {
+            sl_error_errno(err, SL_E_RUNTIME,
+                           "sandbox setup failed: cannot place the sandbox in its cgroup");
+            kill_and_reap(pidfd);
+            goto out;
+        }
     }
     if (send(sync[1], "x", 1, MSG_NOSIGNAL) != 1) {
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: cannot start the child");

@@ -63,6 +63,8 @@ struct sl_spawn_request {
     char *const *argv; /* sandloom-init's argv */
     char *const *envp;
     int64_t deadline_us; /* monotonic; the setup must finish before it */
+    const int *cgroup_fds; /* cgroup.procs files the child is placed in before it goes */
+    size_t n_cgroup_fds;
 };
 
 struct sl_spawn_proc {

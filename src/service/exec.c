@@ -19,13 +19,14 @@
 static json_t *exec_view(const struct sl_exec_record *e, bool with_duration, int64_t duration_ms)
 {
     /* Lengths, not C strings: output is data and may contain NUL. */
-    return json_pack("{s:s,s:s,s:o,s:s%,s:s%,s:o,s:b}", "exec_id", e->exec_id, "status",
+    return json_pack("{s:s,s:s,s:o,s:s%,s:s%,s:o,s:b,s:o}", "exec_id", e->exec_id, "status",
                      e->status, "exit_code", sl_json_int_or_null(e->exit_code, !e->has_exit_code),
                      "stdout", e->stdout_text ? e->stdout_text : "",
                      e->stdout_text ? e->stdout_len : 0, "stderr",
                      e->stderr_text ? e->stderr_text : "", e->stderr_text ? e->stderr_len : 0,
                      "duration_ms", sl_json_int_or_null(duration_ms, !with_duration), "truncated",
-                     e->truncated);
+                     e->truncated, "termination_reason",
+                     sl_json_str_or_null(e->termination_reason[0] ? e->termination_reason : NULL));
 }
 
 /* "{'A', 'B'}" — the reference prints a Python set; sorted for stability. */
@@ -157,6 +158,9 @@ static void run_command(struct sl_service *svc, const char *sandbox_id, uid_t ui
     rec->truncated = res.truncated;
     snprintf(rec->status, sizeof(rec->status), "%s",
              res.timed_out ? "TIMED_OUT" : res.exit_code == 0 ? "SUCCEEDED" : "FAILED");
+    /* The memory quota's kill is named, never left a bare failure. */
+    snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s",
+             res.oom_killed ? "OOM_KILLED" : res.timed_out ? "TIMED_OUT" : "");
     rec->stdout_text =
         sl_utf8_repair(res.out.data ? res.out.data : "", res.out.len, &rec->stdout_len);
     rec->stderr_text =

@@ -495,7 +495,7 @@ static int worker_destroy(struct sl_service *svc, const char *sandbox_id, uid_t 
     struct sl_error ignored = {0};
     /* Nothing of the sandbox may outlive it (a process that escaped its
      * execution's process group at basic level). */
-    if (sl_rt_kill_sandbox(uid, err) < 0)
+    if (sl_rt_kill_sandbox(svc->runtime, uid, err) < 0)
         return sl_error_wrap(err, "destroy %s", sandbox_id);
     _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, &ignored);
     _cleanup_close_ int lockfd = -1;

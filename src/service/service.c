@@ -164,13 +164,29 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "cgroup_namespace", json_boolean(p->cgroup_namespace));
     json_object_set_new(caps, "network_namespace", json_boolean(p->network_isolated));
     json_object_set_new(caps, "egress_address_filter", json_false());
+    /* Quotas are reported true only when the kernel really enforces them
+     * (COMPAT.md §2); the reference reports all false. */
     json_t *rc = json_pack("{s:{s:I,s:I,s:I,s:I},s:b,s:b,s:b,s:b,s:b}", "process_limits",
                            "cpu_seconds_per_process", (json_int_t)cfg->cpu_seconds,
                            "processes_per_real_uid", (json_int_t)cfg->max_processes,
                            "open_files_per_process", (json_int_t)cfg->max_open_files,
                            "bytes_per_file", (json_int_t)cfg->max_file_size_bytes,
-                           "sandbox_cpu_quota", 0, "sandbox_memory_quota", 0, "sandbox_pid_quota",
-                           0, "sandbox_disk_quota", 0, "execution_cgroup_supervision", 0);
+                           "sandbox_cpu_quota", p->cpu_quota, "sandbox_memory_quota",
+                           p->memory_quota, "sandbox_pid_quota", p->pids_quota,
+                           "sandbox_disk_quota", 0, "execution_cgroup_supervision",
+                           p->cgroup_version != 0);
+    json_t *quotas = json_object();
+    if (p->memory_quota)
+        json_object_set_new(quotas, "memory_bytes", json_integer(cfg->memory_limit_bytes));
+    if (p->pids_quota)
+        json_object_set_new(quotas, "pids", json_integer(cfg->pids_limit));
+    if (p->cpu_quota)
+        json_object_set_new(quotas, "cpus", json_real(cfg->cpu_limit));
+    json_object_set_new(rc, "sandbox_quotas", quotas);
+    json_object_set_new(rc, "cgroup_version",
+                        p->cgroup_version ? json_integer(p->cgroup_version) : json_null());
+    if (p->cgroup_note[0])
+        json_object_set_new(rc, "cgroup_note", json_string(p->cgroup_note));
     json_object_set_new(caps, "resource_control", rc);
     json_object_set_new(caps, "landlock", json_false());
     /* Ours, beyond the reference (COMPAT.md §2): every sandbox process runs

@@ -67,6 +67,10 @@ struct sl_exec_record {
     char *stderr_text;   /* NULL allowed; may hold NUL bytes */
     size_t stdout_len, stderr_len; /* byte lengths of the two texts */
     bool truncated;
+    /* Why the run ended when it was not its own choice: "OOM_KILLED",
+     * "TIMED_OUT" or "" (ours, additive to the reference). Not a column of
+     * the reference's schema: answered by the live run only. */
+    char termination_reason[16];
     int64_t started_at;  /* 0 = NULL */
     int64_t finished_at; /* 0 = NULL */
     int64_t created_at;

@@ -10,7 +10,10 @@ from sandloom_client import assert_error, assert_invalid
 DEFAULT_PATH = ("/opt/agent-sandbox/python-runtime/bin:/envs/uv-tools/bin:/envs/python-venv/bin:"
                 "/envs/npm-global/bin:/envs/pnpm:/home/sandbox/.local/bin:/usr/local/bin:"
                 "/usr/bin:/bin")
-EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated"}
+# The reference's seven fields plus ours, additive: termination_reason
+# (null, "TIMED_OUT" or "OOM_KILLED").
+EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated",
+               "termination_reason"}
 
 
 def sandbox_processes(uid, needle):

@@ -28,7 +28,10 @@ AUDIT_FIELDS = {"sandbox_id", "workspace_scope_id", "generation", "status", "fir
                 "last_release_reason", "last_released_by", "last_lifetime_ms",
                 "lifecycle_count", "total_lifetime_ms", "history_retention_days",
                 "history_max_entries", "history_max_bytes", "history"}
-EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated"}
+# The reference's seven fields plus ours, additive: termination_reason
+# (null, "TIMED_OUT" or "OOM_KILLED").
+EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated",
+               "termination_reason"}
 ALL_BYTES = bytes(range(256))
 
 

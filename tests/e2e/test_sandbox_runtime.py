@@ -289,3 +289,47 @@ def test_non_utf8_names_are_listed_not_hidden(ready_sandbox):
     names = sorted(e["name"] for e in r.body["entries"])
     assert r.body["total"] == 2 and len(names) == 2, r
     assert "bad\ufffdname" in names and "ok.txt" in names, names
+
+
+def test_memory_quota_kill_is_reported(daemon_factory):
+    """A sandbox over its aggregate memory quota is OOM-killed inside its own
+    cgroup (the host is untouched) and the execution says so:
+    termination_reason OOM_KILLED, never a bare failure."""
+    d = daemon_factory({"SANDBOX_MEMORY_LIMIT_BYTES": str(64 * 1024 * 1024)})
+    caps = d.client().get("/healthz").body["worker"]["capabilities"]["resource_control"]
+    assert caps["sandbox_memory_quota"] is True, caps
+    sb = Sandbox(d.client(), "oom-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    r = sb.exec(["python3", "-c", "b = bytearray(400 * 1024 * 1024); print('allocated')"])
+    assert r.status == 200, r
+    b = r.body
+    assert b["status"] == "FAILED" and b["termination_reason"] == "OOM_KILLED", b
+    assert "allocated" not in b["stdout"], b
+    # The sandbox is fine afterwards.
+    r = sb.exec(["true"])
+    assert r.body["status"] == "SUCCEEDED" and r.body["termination_reason"] is None, r
+
+
+def test_pids_quota_contains_a_fork_bomb(daemon_factory):
+    """A fork bomb hits the sandbox's pids quota: the daemon keeps answering,
+    another sandbox keeps working, and nothing of the bomb survives."""
+    d = daemon_factory({"SANDBOX_PIDS_LIMIT": "40"})
+    c = d.client()
+    assert c.get("/healthz").body["worker"]["capabilities"]["resource_control"][
+        "sandbox_pid_quota"] is True
+    bomb = Sandbox(c, "bomb-" + uuid.uuid4().hex[:8], "scope")
+    other = Sandbox(c, "calm-" + uuid.uuid4().hex[:8], "scope")
+    for sb in (bomb, other):
+        assert sb.resolve().status == 200 and sb.connect().status == 200
+    result = {}
+    t = threading.Thread(target=lambda: result.setdefault(
+        "r", bomb.exec(["sh", "-c", "b() { b | b & }; b; sleep 3"], timeout_seconds=4)))
+    t.start()
+    time.sleep(1)
+    assert c.get("/health", auth=False).status == 200
+    r = other.exec(["sh", "-c", "echo alive"])
+    assert r.status == 200 and r.body["stdout"] == "alive\n", r
+    t.join(30)
+    assert result["r"].status == 200, result
+    assert bomb.release().status == 200
+    assert not _uid_processes(bomb.uid), "processes of the fork bomb survive release"

@@ -1,0 +1,58 @@
+/* Private to runtime/: aggregate per-sandbox quotas through cgroups.
+ *
+ * One cgroup per sandbox (named after its unique host uid) under the
+ * daemon's own cgroup, so all the sandboxes together also stay inside
+ * whatever the service itself is given. cgroup v2 (the production norm) and
+ * v1 (memory, pids and cpu hierarchies, as on hosts that still mount them)
+ * sit behind this one interface. Created at sl_rt_open(); every function is
+ * thread-safe (the kernel serialises the file writes; no state changes after
+ * open). */
+#ifndef SL_RUNTIME_CGROUP_H
+#define SL_RUNTIME_CGROUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "common/error.h"
+
+enum sl_cgroup_version { SL_CGROUP_NONE = 0, SL_CGROUP_V1 = 1, SL_CGROUP_V2 = 2 };
+
+struct sl_cgroup_limits {
+    int64_t memory_bytes; /* 0 = no memory quota */
+    int64_t pids;         /* 0 = no pids quota */
+    double cpus;          /* 0 = no CPU quota */
+};
+
+#define SL_CGROUP_MAX_FDS 3
+
+struct sl_cgroups;
+
+/* Never fails for lack of cgroups: *out then reports version NONE and
+ * enforces nothing, and `why` says what was missing (for /healthz and the
+ * doctor). -1 only on allocation failure. */
+int sl_cgroups_open(const struct sl_cgroup_limits *limits, struct sl_cgroups **out,
+                    struct sl_error *err);
+void sl_cgroups_close(struct sl_cgroups *cg);
+
+enum sl_cgroup_version sl_cgroups_version(const struct sl_cgroups *cg);
+/* Which quotas are really enforced. */
+bool sl_cgroups_memory(const struct sl_cgroups *cg);
+bool sl_cgroups_pids(const struct sl_cgroups *cg);
+bool sl_cgroups_cpu(const struct sl_cgroups *cg);
+const char *sl_cgroups_why(const struct sl_cgroups *cg);
+
+/* Create (or find) the sandbox's cgroup with the limits and open its
+ * cgroup.procs files for writing: the spawn writes the new process's pid
+ * into each before it lets the child go. Returns the number of descriptors
+ * (0 when cgroups are off), -1 on error. Caller closes them. */
+int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_FDS],
+                        struct sl_error *err);
+
+/* OOM kills recorded in the sandbox's memory cgroup so far (-1: unknown). */
+int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid);
+
+/* Remove the sandbox's cgroups (its processes must be gone). Best effort. */
+void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid);
+
+#endif
