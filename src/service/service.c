@@ -130,10 +130,10 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(policy, "skipped_optional", json_object());
     json_object_set_new(caps, "feature_policy", policy);
 
-    /* Toolchain launch checks run through the probe in the isolation issue;
-     * until then every check says honestly that it was not run. */
+    /* Measured: every enabled toolchain was launched in a real sandbox. */
     static const char *const NEEDS_PROCFS[] = {"rust", "java"};
-    json_t *tc = json_object(), *needs = json_array(), *checks = json_object();
+    json_t *tc = json_object(), *needs = json_array(), *available = json_array();
+    json_t *checks = svc_toolchain_checks(svc);
     for (size_t i = 0; i < cfg->toolchains.len; i++) {
         const char *name = cfg->toolchains.items[i];
         bool needs_procfs = false;
@@ -143,18 +143,30 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
                                  (strcmp(name, "java") == 0 && cfg->java_home));
         if (needs_procfs)
             json_array_append_new(needs, json_string(name));
-        json_object_set_new(checks, name,
-                            json_pack("{s:s,s:s}", "status", "not_checked", "check", "launch"));
     }
-    if (sl_strlist_contains(&cfg->toolchains, "node"))
-        json_object_set_new(checks, "typescript",
-                            json_pack("{s:s,s:s}", "status", "not_checked", "check", "launch"));
+    const char *check_name;
+    json_t *check;
+    json_object_foreach(checks, check_name, check) {
+        const char *status = sl_json_get_str(check, "status");
+        if (status && strcmp(status, "available") == 0)
+            json_array_append_new(available, json_string(check_name));
+    }
+    json_t *hints = p->pid_namespace ? json_array() : json_copy(needs);
+    json_t *unavailable = json_array();
+    size_t hi;
+    json_t *hint;
+    json_array_foreach(hints, hi, hint) {
+        const char *status = sl_json_get_str(json_object_get(checks, json_string_value(hint)),
+                                             "status");
+        if (status && (strcmp(status, "failed") == 0 || strcmp(status, "timed_out") == 0))
+            json_array_append(unavailable, hint);
+    }
     json_object_set_new(tc, "configured", strlist_json(&cfg->toolchains));
     json_object_set_new(tc, "needs_procfs", json_copy(needs));
-    json_object_set_new(tc, "isolation_hints", p->pid_namespace ? json_array() : json_copy(needs));
-    json_object_set_new(tc, "unavailable_at_this_level", json_array());
+    json_object_set_new(tc, "isolation_hints", hints);
+    json_object_set_new(tc, "unavailable_at_this_level", unavailable);
     json_object_set_new(tc, "checks", checks);
-    json_object_set_new(tc, "available", json_array());
+    json_object_set_new(tc, "available", available);
     json_decref(needs);
     json_object_set_new(caps, "toolchains", tc);
 

@@ -121,3 +121,20 @@ def test_database_is_private(daemon, client):
 def test_seccomp_is_reported(client):
     caps = client.get("/healthz").body["worker"]["capabilities"]
     assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v1", caps
+
+
+def test_toolchain_checks_are_measured(client):
+    """Each enabled toolchain (python,node by default, plus typescript) was
+    launched in a real sandbox at startup (RUNTIME.md §8.2)."""
+    tc = client.get("/healthz").body["worker"]["capabilities"]["toolchains"]
+    assert tc["configured"] == ["python", "node"], tc
+    assert set(tc["checks"]) == {"python", "node", "typescript"}, tc
+    py = tc["checks"]["python"]
+    assert py == {"status": "available", "check": "launch", "exit_code": 0, "detail": "42"}, py
+    for name, check in tc["checks"].items():
+        assert check["check"] == "launch"
+        assert check["status"] in ("available", "missing", "failed", "timed_out"), check
+        if check["status"] == "missing":
+            assert check["exit_code"] == 127 and check["detail"].startswith(
+                "sandbox-tool-missing:"), check
+    assert tc["available"] == [n for n, c in tc["checks"].items() if c["status"] == "available"]

@@ -1,0 +1,93 @@
+"""Harness for the Sandloom sandbox-escape suite.
+
+Reuses the end-to-end harness without copying it: tests/e2e is put on
+sys.path (for sandloom_client) and tests/e2e/conftest.py is loaded under
+its own module name, so its fixtures and its Daemon class are the ones the
+e2e tier uses. Nothing in tests/e2e is modified.
+
+Fixtures re-exported from tests/e2e/conftest.py
+  sandloomd_binary, daemon, client, daemon_factory, new_sandbox, ready_sandbox
+
+Fixtures added here
+  isolated_daemon   module   a daemon with SANDBOX_NETWORK_MODE=isolated
+  make_sandbox      function resolve+connect a fresh Sandbox on any daemon
+                             (released at teardown, best effort)
+
+The daemon binary is $SANDLOOMD, else <repo>/build/sandloomd (as in e2e).
+Every case runs real commands inside real sandboxes through the exec API
+and checks the host side from this process, which is root on the host.
+"""
+
+import importlib.util
+import os
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+E2E = HERE.parent / "e2e"
+for p in (str(E2E), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+_spec = importlib.util.spec_from_file_location("sandloom_e2e_conftest", E2E / "conftest.py")
+e2e = importlib.util.module_from_spec(_spec)
+sys.modules["sandloom_e2e_conftest"] = e2e
+_spec.loader.exec_module(e2e)
+
+from sandloom_client import Sandbox  # noqa: E402  (needs tests/e2e on sys.path)
+
+# Re-exported e2e fixtures (pytest finds fixtures by module attribute).
+sandloomd_binary = e2e.sandloomd_binary
+daemon = e2e.daemon
+client = e2e.client
+daemon_factory = e2e.daemon_factory
+new_sandbox = e2e.new_sandbox
+ready_sandbox = e2e.ready_sandbox
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _host_can_run_the_suite():
+    # Root: the host side is checked as root. x86_64: the raw-syscall probes
+    # use x86_64 numbers (bpf=321, ...). Otherwise fail loudly, never skip.
+    if os.geteuid() != 0:
+        pytest.fail("the security suite checks the host side as root (run it as root)",
+                    pytrace=False)
+    if platform.machine() != "x86_64":
+        pytest.fail(f"the raw-syscall probes use x86_64 syscall numbers; this host is "
+                    f"{platform.machine()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def isolated_daemon(sandloomd_binary):
+    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "isolated"}).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture
+def make_sandbox():
+    """make_sandbox(daemon_or_client, prefix="sec") -> resolved + connected Sandbox."""
+    made = []
+
+    def make(target, prefix="sec"):
+        c = target.client() if hasattr(target, "client") else target
+        sb = Sandbox(c, e2e.unique_id(prefix), e2e.unique_id("scope"))
+        r = sb.resolve()
+        assert r.status == 200, f"resolve failed: {r!r}"
+        r = sb.connect()
+        assert r.status == 200, f"connect failed: {r!r}"
+        made.append(sb)
+        return sb
+
+    yield make
+    for sb in made:
+        try:
+            sb.release()
+        except OSError:
+            pass

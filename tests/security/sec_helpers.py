@@ -1,0 +1,195 @@
+"""Helpers shared by the sandbox-escape cases.
+
+Probes run *inside* a sandbox through the exec API. Python probes get a
+prelude (ctypes libc, a raw-syscall wrapper returning (ret, errno), the
+parameters as P, a result dict R printed as one `RESULT {json}` line at
+exit) and receive their parameters as argv[1] (JSON), so no probe source
+is ever built by string formatting. Secrets a probe must look for are
+passed reversed, so the probe's own command line never contains them.
+"""
+
+import hashlib
+import json
+import os
+import textwrap
+import threading
+import time
+
+import pytest
+
+# x86_64 syscall numbers.
+NR = {
+    "pivot_root": 155, "chroot": 161, "init_module": 175, "delete_module": 176,
+    "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
+    "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308, "finit_module": 313,
+    "bpf": 321, "fsopen": 430,
+}
+
+PRELUDE = r'''
+import atexit, ctypes, errno, json, os, socket, sys
+P = json.loads(sys.argv[1])
+R = {}
+NR = P.pop("_nr", {})
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+
+def _arg(a):
+    if isinstance(a, bool) or isinstance(a, int):
+        return ctypes.c_long(int(a))
+    if isinstance(a, str):
+        return ctypes.c_char_p(a.encode())
+    return a
+
+def sc(name, *args):
+    """Raw syscall by name: (return value, errno name or None)."""
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(NR[name]), *[_arg(a) for a in args])
+    e = ctypes.get_errno()
+    return r, (errno.errorcode.get(e, str(e)) if r < 0 else None)
+
+def libcall(fn, *args):
+    ctypes.set_errno(0)
+    r = getattr(libc, fn)(*[_arg(a) for a in args])
+    e = ctypes.get_errno()
+    return r, (errno.errorcode.get(e, str(e)) if r < 0 else None)
+
+def oserr(fn, *a, **kw):
+    """Call fn; "OK" on success, else the errno name (or the exception type)."""
+    try:
+        fn(*a, **kw)
+        return "OK"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__
+
+def read_bytes(path, limit=1 << 20):
+    with open(path, "rb") as f:
+        return f.read(limit)
+
+@atexit.register
+def _emit():
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(R, sort_keys=True, default=str), flush=True)
+'''
+
+
+def run(sb, argv, *, timeout_seconds=None, http_timeout=90, **fields):
+    """Exec argv; assert HTTP 200; return the record body."""
+    if timeout_seconds is not None:
+        fields["timeout_seconds"] = timeout_seconds
+    r = sb.exec(argv, timeout=http_timeout, **fields)
+    assert r.status == 200, f"exec was not accepted: {r!r}"
+    return r.body
+
+
+def sh(sb, script, **kw):
+    return run(sb, ["sh", "-c", script], **kw)
+
+
+def probe(sb, code, params=None, **kw):
+    """Run a python probe inside sb. Returns (R, exec body)."""
+    params = dict(params or {})
+    params["_nr"] = NR
+    src = PRELUDE + "\n" + textwrap.dedent(code)
+    body = run(sb, ["python3", "-c", src, json.dumps(params)], **kw)
+    for line in reversed(body.get("stdout", "").splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):]), body
+    pytest.fail(f"the in-sandbox probe printed no RESULT line (did python3 start?): "
+                f"status={body.get('status')} exit={body.get('exit_code')} "
+                f"stdout={body.get('stdout', '')[-1500:]!r} stderr={body.get('stderr', '')[-1500:]!r}",
+                pytrace=False)
+
+
+def require_tools(sb, tools):
+    """pytest.fail (never skip) when the sandbox lacks a tool a case needs."""
+    script = "; ".join(f"command -v {t} >/dev/null 2>&1 || echo missing:{t}" for t in tools)
+    body = sh(sb, script + "; true")
+    missing = [l.split(":", 1)[1] for l in body["stdout"].splitlines() if l.startswith("missing:")]
+    if missing:
+        pytest.fail(f"this host cannot run the case: {', '.join(missing)} not found inside the "
+                    f"sandbox (it is mounted from the host's read-only /usr)", pytrace=False)
+
+
+def reverse(s):
+    return s[::-1]
+
+
+def file_fingerprint(path):
+    """(sha256, uid, gid, mode, mtime_ns, size) of a host file, without following links."""
+    st = os.lstat(path)
+    data = b""
+    if os.path.isfile(path) and not os.path.islink(path):
+        with open(path, "rb") as f:
+            data = f.read()
+    return (hashlib.sha256(data).hexdigest(), st.st_uid, st.st_gid, st.st_mode, st.st_mtime_ns,
+            st.st_size)
+
+
+def host_processes(uid, include_zombies=False):
+    """[(pid, state, cmdline)] of live host processes owned by uid."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if state == "Z" and not include_zombies:
+            continue
+        found.append((int(pid), state, cmd))
+    return found
+
+
+def wait_for(pred, timeout, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v or time.monotonic() >= deadline:
+            return v
+        time.sleep(interval)
+
+
+class Background:
+    """Run a callable in a thread; .result() joins and returns its value."""
+
+    def __init__(self, fn, *a, **kw):
+        self._out = {}
+
+        def target():
+            try:
+                self._out["value"] = fn(*a, **kw)
+            except BaseException as e:  # reported by result()
+                self._out["error"] = e
+
+        self.thread = threading.Thread(target=target, daemon=True)
+        self.thread.start()
+
+    def result(self, timeout=60):
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "background exec did not finish in time"
+        if "error" in self._out:
+            raise self._out["error"]
+        return self._out["value"]
+
+
+def hold_until_released(sb, marker, stop_name, limit_s=25, pre="", **kw):
+    """Start (in a thread) an exec in sb that runs `sleep 20` under a shell
+    whose command line carries `marker` (after running `pre`), until
+    /workspace/<stop_name> appears (the test creates it on the host) or
+    limit_s passes."""
+    script = (f": {marker}; {pre} sleep 20 & s=$!; i=0; "
+              f"while [ ! -e /workspace/{stop_name} ] && [ $i -lt {limit_s * 10} ]; do "
+              f"sleep 0.1; i=$((i+1)); done; kill $s; echo held")
+    return Background(sh, sb, script, exec_scope="holder", **kw)
+
+
+def release_holder(daemon, sb, stop_name):
+    stop = daemon.sandbox_root / sb.id / "workspace" / stop_name
+    stop.write_bytes(b"")
+    os.chown(stop, sb.uid, sb.uid)
