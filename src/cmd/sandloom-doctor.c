@@ -79,6 +79,21 @@ int main(int argc, char **argv)
                           p->cgroup_namespace, "network_namespace", p->network_isolated,
                           "runtime", "sandloom-native", "seccomp", 1, "seccomp_policy",
                           p->seccomp_policy));
+            json_t *caps = json_object_get(report, "capabilities");
+            json_t *additions = json_array();
+            for (size_t i = 0; i < p->n_additions; i++)
+                json_array_append_new(additions, json_string(p->enabled_additions[i]));
+            json_object_set_new(caps, "enabled_additions", additions);
+            json_object_set_new(
+                caps, "cgroups",
+                json_pack("{s:o,s:b,s:b,s:b,s:s}", "version",
+                          p->cgroup_version ? json_integer(p->cgroup_version) : json_null(),
+                          "memory_quota", p->memory_quota, "pids_quota", p->pids_quota,
+                          "cpu_quota", p->cpu_quota, "note", p->cgroup_note));
+            if (!p->memory_quota || !p->pids_quota || !p->cpu_quota)
+                json_array_append_new(warnings,
+                                      json_string("some aggregate sandbox quotas are not enforced "
+                                                  "on this host (see capabilities.cgroups)"));
             json_object_set_new(report, "status", json_string("ready"));
             json_object_set_new(report, "can_start", json_true());
             exit_code = 0;

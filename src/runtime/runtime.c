@@ -31,8 +31,13 @@ static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "stric
 #define PROBE_TIMEOUT_MS 15000
 #define MIN_GRACE_MS 100
 
+/* Namespaces on top of user+mount+IPC+UTS (and net by network mode). */
+#define NS_PID 1u
+#define NS_CGROUP 2u
+
 struct sl_runtime {
     struct sl_spawn_layout layout;
+    unsigned ns; /* the selected level's namespaces plus accepted additions */
     struct sl_cgroups *cgroups;
     struct sl_rt_profile profile;
     int level;
@@ -139,7 +144,7 @@ static void supervise(struct sl_spawn_proc *proc, const struct sl_rt_exec_reques
     }
 }
 
-static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_request *req,
+static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_request *req,
                   struct sl_rt_exec_result *res, struct sl_error *err)
 {
     memset(res, 0, sizeof(*res));
@@ -172,8 +177,8 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
     struct sl_spawn_request sreq = {
         .sandbox_root = req->sandbox_root,
         .uid = req->uid,
-        .pid_ns = level >= LEVEL_STANDARD,
-        .cgroup_ns = level >= LEVEL_STRICT,
+        .pid_ns = (ns & NS_PID) != 0,
+        .cgroup_ns = (ns & NS_CGROUP) != 0,
         .net_ns = rt->net_ns,
         .argv = init_argv,
         .envp = req->envp ? req->envp : no_env,
@@ -224,7 +229,7 @@ static int rt_run(struct sl_runtime *rt, int level, const struct sl_rt_exec_requ
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err)
 {
-    return rt_run(rt, rt->level, req, res, err);
+    return rt_run(rt, rt->ns, req, res, err);
 }
 
 int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err)
@@ -343,8 +348,8 @@ static void stderr_tail(const struct sl_buf *b, char *out, size_t size)
     out[end - start] = '\0';
 }
 
-static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_t uid, char *detail,
-                        size_t size)
+static bool probe_ns(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *detail,
+                     size_t size)
 {
     char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)"true", NULL};
     char *envp[] = {(char *)"PATH=/usr/bin:/bin", (char *)"HOME=/home/sandbox",
@@ -362,7 +367,7 @@ static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_
     struct sl_rt_exec_result res;
     struct sl_error e;
     sl_error_clear(&e);
-    if (rt_run(rt, level, &req, &res, &e) < 0) {
+    if (rt_run(rt, ns, &req, &res, &e) < 0) {
         snprintf(detail, size, "SandboxRuntimeError: %s", e.message);
         return false;
     }
@@ -378,9 +383,74 @@ static bool probe_level(struct sl_runtime *rt, int level, const char *root, uid_
     return ok;
 }
 
+static unsigned level_ns(int level)
+{
+    return (level >= LEVEL_STANDARD ? NS_PID : 0) | (level >= LEVEL_STRICT ? NS_CGROUP : 0);
+}
+
+static unsigned feature_ns(const char *name)
+{
+    return strcmp(name, "pid_namespace") == 0 ? NS_PID
+           : strcmp(name, "cgroup_namespace") == 0 ? NS_CGROUP
+                                                   : 0;
+}
+
+/* RUNTIME.md §3.1 step 5: required additions not already in the level are
+ * probed together and must pass; then each optional one (sorted, not
+ * required, not in the level) is probed with everything accepted so far and
+ * kept if it passes. Nothing is ever weakened silently. */
+static int negotiate_additions(struct sl_runtime *rt, const struct sl_rt_options *opt,
+                               const char *probe_dir, struct sl_error *err)
+{
+    struct sl_rt_profile *pr = &rt->profile;
+    unsigned base = rt->ns, required = 0;
+    char names[128] = "";
+    for (size_t i = 0; opt->required_features && i < opt->required_features->len; i++) {
+        unsigned bit = feature_ns(opt->required_features->items[i]);
+        if (bit && !(base & bit)) {
+            required |= bit;
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+                     opt->required_features->items[i]);
+        }
+    }
+    if (required) {
+        char detail[512];
+        if (!probe_ns(rt, base | required, probe_dir, opt->probe_uid, detail, sizeof(detail)))
+            return sl_error_set(err, SL_E_CONFIG, 0,
+                                "required isolation features [%s] unavailable: %s", names,
+                                detail);
+        rt->ns |= required;
+    }
+    for (size_t i = 0; opt->optional_features && i < opt->optional_features->len; i++) {
+        const char *name = opt->optional_features->items[i];
+        unsigned bit = feature_ns(name);
+        if (!bit || (rt->ns & bit))
+            continue;
+        char detail[512];
+        if (probe_ns(rt, rt->ns | bit, probe_dir, opt->probe_uid, detail, sizeof(detail))) {
+            rt->ns |= bit;
+        } else if (pr->n_skipped < SL_ARRAY_LEN(pr->skipped_optional)) {
+            snprintf(pr->skipped_optional[pr->n_skipped], sizeof(pr->skipped_optional[0]), "%s",
+                     name);
+            snprintf(pr->skipped_detail[pr->n_skipped], sizeof(pr->skipped_detail[0]), "%s",
+                     detail);
+            pr->n_skipped++;
+        }
+    }
+    /* The additions actually enabled, sorted by name. */
+    static const char *const sorted[] = {"cgroup_namespace", "pid_namespace"};
+    for (size_t i = 0; i < SL_ARRAY_LEN(sorted); i++)
+        if ((rt->ns & feature_ns(sorted[i])) && !(base & feature_ns(sorted[i])))
+            snprintf(pr->enabled_additions[pr->n_additions++], sizeof(pr->enabled_additions[0]),
+                     "%s", sorted[i]);
+    return 0;
+}
+
 int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct sl_error *err)
 {
     *out = NULL;
+    char probe_dir[PATH_MAX] = "";
     int requested;
     if (parse_level(opt->requested_level, &requested) < 0)
         return sl_error_set(err, SL_E_CONFIG, 0, "invalid isolation level: %s",
@@ -412,21 +482,19 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
         snprintf(p->cgroup_note, sizeof(p->cgroup_note), "%s", sl_cgroups_why(rt->cgroups));
     }
 
-    char probe_dir[PATH_MAX];
-    if (probe_dir_create(opt->probe_root, opt->probe_uid, probe_dir, sizeof(probe_dir), err) < 0)
+    if (probe_dir_create(opt->probe_root, opt->probe_uid, probe_dir, sizeof(probe_dir), err) < 0) {
+        probe_dir[0] = '\0'; /* it cleaned up after itself */
         goto fail;
+    }
     struct sl_rt_profile *pr = &rt->profile;
     int best = -1;
     for (int level = LEVEL_STRICT; level >= LEVEL_BASIC; level--) {
         pr->supported[level] =
-            probe_level(rt, level, probe_dir, opt->probe_uid, pr->probe_failure[level],
-                        sizeof(pr->probe_failure[level]));
+            probe_ns(rt, level_ns(level), probe_dir, opt->probe_uid, pr->probe_failure[level],
+                     sizeof(pr->probe_failure[level]));
         if (pr->supported[level] && best < 0)
             best = level;
     }
-    probe_dir_remove(probe_dir);
-    sl_cgroup_remove(rt->cgroups, opt->probe_uid);
-
     if (best < 0) {
         sl_error_set(err, SL_E_CONFIG, 0,
                      "no supported isolation level: strict=%s; standard=%s; basic=%s",
@@ -440,15 +508,23 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
         goto fail;
     }
     rt->level = requested >= 0 ? requested : best;
+    rt->ns = level_ns(rt->level);
     snprintf(pr->selected_level, sizeof(pr->selected_level), "%s", level_names[rt->level]);
     snprintf(pr->max_supported_level, sizeof(pr->max_supported_level), "%s", level_names[best]);
-    pr->pid_namespace = rt->level >= LEVEL_STANDARD;
-    pr->cgroup_namespace = rt->level >= LEVEL_STRICT;
+    if (negotiate_additions(rt, opt, probe_dir, err) < 0)
+        goto fail;
+    probe_dir_remove(probe_dir);
+    probe_dir[0] = '\0';
+    sl_cgroup_remove(rt->cgroups, opt->probe_uid);
+    pr->pid_namespace = (rt->ns & NS_PID) != 0;
+    pr->cgroup_namespace = (rt->ns & NS_CGROUP) != 0;
     pr->network_isolated = rt->net_ns;
     pr->seccomp_policy = SL_SECCOMP_POLICY_NAME;
     *out = rt;
     return 0;
 fail:
+    if (probe_dir[0])
+        probe_dir_remove(probe_dir);
     sl_rt_close(rt);
     return -1;
 }

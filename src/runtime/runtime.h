@@ -35,6 +35,8 @@ struct sl_rt_options {
     const char *requested_level;               /* auto|basic|standard|strict|1|2|3 */
     const char *probe_root;                    /* dir for the probe sandbox (created, removed) */
     uid_t probe_uid;                           /* SANDBOX_UID_START */
+    /* Additive features (RUNTIME.md §3): pid_namespace, cgroup_namespace. */
+    const struct sl_strlist *required_features, *optional_features;
     /* Aggregate per-sandbox quotas (cgroups); 0 = no such quota. */
     int64_t memory_limit_bytes, pids_limit;
     double cpu_limit; /* CPUs */
@@ -47,6 +49,11 @@ struct sl_rt_profile {
     bool supported[3];            /* basic, standard, strict */
     char probe_failure[3][512];   /* detail per failed level, "" if passed */
     bool pid_namespace, cgroup_namespace, network_isolated;
+    char enabled_additions[2][24]; /* sorted; features added on top of the level */
+    size_t n_additions;
+    char skipped_optional[2][24];  /* optional additions that failed their probe */
+    char skipped_detail[2][512];
+    size_t n_skipped;
     const char *seccomp_policy; /* name of the filter every sandbox process runs under */
     int cgroup_version;         /* 0 none, 1, 2 */
     bool memory_quota, pids_quota, cpu_quota; /* really enforced */

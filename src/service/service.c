@@ -71,10 +71,12 @@ static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile
 {
     const struct sl_config *cfg = svc->cfg;
     char suffix[128];
-    snprintf(suffix, sizeof(suffix), "-%s-%s", p->selected_level,
-             p->network_isolated ? "net-none" : "net-host");
+    int n = snprintf(suffix, sizeof(suffix), "-%s-%s", p->selected_level,
+                     p->network_isolated ? "net-none" : "net-host");
+    for (size_t i = 0; i < p->n_additions; i++)
+        n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "%s%s", i ? "-" : "-with-",
+                      p->enabled_additions[i]);
     size_t blen = strlen(cfg->profile_hash), slen = strlen(suffix);
-    int n;
     if (blen >= slen && strcmp(cfg->profile_hash + blen - slen, suffix) == 0)
         n = snprintf(svc->profile_hash, sizeof(svc->profile_hash), "%s", cfg->profile_hash);
     else
@@ -95,7 +97,18 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     for (int lvl = 1; lvl <= sel; lvl++)
         for (int i = 0; LEVEL_FEATURES[lvl][i]; i++)
             json_array_append_new(features, json_string(LEVEL_FEATURES[lvl][i]));
+    json_t *additions = json_array();
+    for (size_t i = 0; i < p->n_additions; i++) {
+        json_array_append_new(features, json_string(p->enabled_additions[i]));
+        json_array_append_new(additions, json_string(p->enabled_additions[i]));
+        /* pid_namespace always brings private_procfs (RUNTIME.md §3). */
+        if (strcmp(p->enabled_additions[i], "pid_namespace") == 0)
+            json_array_append_new(features, json_string("private_procfs"));
+    }
     features = sorted_string_array(features);
+    json_t *skipped = json_object();
+    for (size_t i = 0; i < p->n_skipped; i++)
+        json_object_set_new(skipped, p->skipped_optional[i], json_string(p->skipped_detail[i]));
 
     json_t *supported = json_array(), *failures = json_object();
     for (int i = 0; i < 3; i++) {
@@ -121,13 +134,13 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "supported_levels", supported);
     json_object_set_new(caps, "probe_failures", failures);
     json_object_set_new(caps, "features", features);
-    json_object_set_new(caps, "profile_mode", json_string("level"));
+    json_object_set_new(caps, "profile_mode", json_string(p->n_additions ? "custom" : "level"));
 
     json_t *policy = json_object();
     json_object_set_new(policy, "required", strlist_json(&cfg->isolation_required_features));
     json_object_set_new(policy, "optional", strlist_json(&cfg->isolation_optional_features));
-    json_object_set_new(policy, "enabled_additions", json_array());
-    json_object_set_new(policy, "skipped_optional", json_object());
+    json_object_set_new(policy, "enabled_additions", additions);
+    json_object_set_new(policy, "skipped_optional", skipped);
     json_object_set_new(caps, "feature_policy", policy);
 
     /* Measured: every enabled toolchain was launched in a real sandbox. */

@@ -138,3 +138,31 @@ def test_toolchain_checks_are_measured(client):
             assert check["exit_code"] == 127 and check["detail"].startswith(
                 "sandbox-tool-missing:"), check
     assert tc["available"] == [n for n, c in tc["checks"].items() if c["status"] == "available"]
+
+
+def test_feature_additions_are_negotiated(daemon_factory):
+    """basic + required pid_namespace + optional cgroup_namespace: both are
+    probed and added on top of the level (RUNTIME.md §3.1 step 5), the
+    profile is 'custom' and the hash names the additions (§3.2); the
+    sandbox really gets a private /proc."""
+    d = daemon_factory({"SANDBOX_ISOLATION_LEVEL": "basic",
+                        "SANDBOX_ISOLATION_REQUIRED_FEATURES": "pid_namespace",
+                        "SANDBOX_ISOLATION_OPTIONAL_FEATURES": "cgroup_namespace"})
+    caps = d.client().get("/healthz").body["worker"]["capabilities"]
+    assert caps["selected_level"] == "basic", caps
+    assert caps["profile_mode"] == "custom"
+    assert caps["feature_policy"]["required"] == ["pid_namespace"]
+    assert caps["feature_policy"]["optional"] == ["cgroup_namespace"]
+    assert caps["feature_policy"]["enabled_additions"] == ["cgroup_namespace", "pid_namespace"]
+    assert caps["feature_policy"]["skipped_optional"] == {}
+    assert {"pid_namespace", "private_procfs", "cgroup_namespace"} <= set(caps["features"])
+    assert caps["features"] == sorted(caps["features"])
+    assert caps["pid_namespace"] is True and caps["cgroup_namespace"] is True
+    assert caps["profile_hash"] == ("bubblewrap-0.11.2-generic-v12-basic-net-host-with-"
+                                    "cgroup_namespace-pid_namespace"), caps["profile_hash"]
+    import uuid
+    from sandloom_client import Sandbox
+    sb = Sandbox(d.client(), "feat-" + uuid.uuid4().hex[:8], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    r = sb.exec(["sh", "-c", "ls /proc | grep -c '^[0-9]'"])
+    assert r.status == 200 and int(r.body["stdout"]) <= 4, r

@@ -141,7 +141,14 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
             R["chown"] = oserr(os.chown, "/workspace/a-file", buid, buid)
             os.symlink("a-file", "/workspace/a-link")
             R["lchown"] = oserr(os.lchown, "/workspace/a-link", buid, buid)
-            R["uid_map_write"] = oserr(lambda: open("/proc/self/uid_map", "w").write("0 %d 1" % buid))
+            def write_map(path, line):
+                fd = os.open(path, os.O_WRONLY)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+            R["uid_map_write"] = oserr(write_map, "/proc/self/uid_map", "0 %d 1" % buid)
+            R["setgroups_write"] = oserr(write_map, "/proc/self/setgroups", "allow")
             ''', {"secret": reverse(secret), "marker": reverse(marker), "buid": b.uid,
                   "host_paths": [str(b_host_ws / "b-secret.txt"),
                                  str(daemon.sandbox_root / b.id / "home" / ".profile")],
@@ -155,7 +162,7 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
     assert all(v != "OK" for v in R["host_dirs"].values()), f"B's dirs listed by A: {R['host_dirs']}"
     assert R["hits"] == [], f"B's secret/marker visible in A at {R['hits']}"
     assert not any(marker in c for c in R["procs"].values()), R["procs"]
-    for k in ("setuid", "setresuid", "setgid", "chown", "lchown", "uid_map_write"):
+    for k in ("setuid", "setresuid", "setgid", "chown", "lchown", "uid_map_write", "setgroups_write"):
         assert R[k] != "OK", f"A could {k} to B's uid {b.uid}: {R}"
     # Host: A's files are A's; B's workspace holds B's file plus the stop file only.
     a_ws = daemon.sandbox_root / a.id / "workspace"

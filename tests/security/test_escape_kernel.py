@@ -1,0 +1,496 @@
+"""Sandbox escape attempts through privileged kernel interfaces: mounts,
+user namespaces, kernel modules, bpf, keyrings, device nodes, terminal
+injection, setuid binaries, raw devices and sockets, chroot, setns and
+file handles. Each probe runs inside a real sandbox (raw syscalls through
+python3 ctypes) and reports errno names; the host side is checked from the
+test process."""
+
+import ctypes
+import json
+import os
+import secrets
+import socket
+import stat
+
+import pytest
+
+from sec_helpers import (probe, release_holder, require_tools, sh, wait_for, Background)
+
+
+def _refused(v):
+    return v not in ("OK", None)
+
+
+# ---------------------------------------------------------------------------
+# 5
+def test_mount_is_refused(ready_sandbox):
+    """Attempt: `mount -t tmpfs <tag> /tmp` and a bind mount with the mount(8)
+    tool (setuid on the host, nosuid inside), the mount(2) syscall, the new
+    fsopen(2) API, and unmounting the read-only covers of /proc/sys.
+    Must hold: all fail; no mount named <tag> appears inside or on the
+    host; /proc/sys stays mounted read-only."""
+    sb = ready_sandbox
+    require_tools(sb, ["mount", "umount"])
+    tag = "sandloom-sec-" + secrets.token_hex(6)
+    b = sh(sb, f"mount -t tmpfs {tag} /tmp 2>&1 && echo MOUNTED-1; "
+               f"mount --bind /workspace /tmp 2>&1 && echo MOUNTED-2; "
+               f"mount -o remount,rw / 2>&1 && echo MOUNTED-3; "
+               f"umount /proc/sys 2>&1 && echo MOUNTED-4; true")
+    assert "MOUNTED" not in b["stdout"], f"mount(8) succeeded inside the sandbox: {b}"
+    R, _ = probe(sb, r'''
+        tag = P["tag"]
+        R["mount tmpfs"] = libcall("mount", tag, "/tmp", "tmpfs", 0, None)[1] or "OK"
+        R["mount bind"] = libcall("mount", "/workspace", "/tmp", None, 4096, None)[1] or "OK"
+        R["mount proc"] = libcall("mount", "proc", "/tmp", "proc", 0, None)[1] or "OK"
+        R["fsopen"] = sc("fsopen", "tmpfs", 0)[1] or "OK"
+        R["umount /proc/sys"] = libcall("umount2", "/proc/sys", 0)[1] or "OK"
+        R["umount /etc"] = libcall("umount2", "/etc", 2)[1] or "OK"
+        R["mounts"] = open("/proc/self/mounts").read()
+        ''', {"tag": tag})
+    mounts = R.pop("mounts")
+    assert all(_refused(v) for v in R.values()), f"mount syscalls succeeded: {R}"
+    assert tag not in mounts
+    assert any(l.split()[1] == "/proc/sys" and l.split()[3].startswith("ro")
+               for l in mounts.splitlines()), mounts
+    with open("/proc/self/mountinfo") as f:
+        assert tag not in f.read(), "a sandbox mount appeared on the host"
+
+
+# ---------------------------------------------------------------------------
+# 6
+def test_nested_user_namespaces_are_disabled(ready_sandbox):
+    """Attempt: `unshare -U true`, `unshare -r true` (map root), `unshare -m`,
+    `unshare -n`, and unshare(2) with CLONE_NEWUSER / CLONE_NEWNS /
+    CLONE_NEWNET directly.
+    Must hold: all fail (ENOSPC for user namespaces because
+    max_user_namespaces is 0 in the sandbox's namespace, EPERM for the
+    others: no capabilities)."""
+    sb = ready_sandbox
+    require_tools(sb, ["unshare"])
+    b = sh(sb, "unshare -U true 2>&1 && echo ESCAPED-U; unshare -r id -u 2>&1 && echo ESCAPED-r; "
+               "unshare -m true 2>&1 && echo ESCAPED-m; unshare -n true 2>&1 && echo ESCAPED-n; "
+               "cat /proc/sys/user/max_user_namespaces")
+    assert "ESCAPED" not in b["stdout"], f"unshare(1) succeeded: {b}"
+    assert b["stdout"].splitlines()[-1] == "0", b
+    R, _ = probe(sb, r'''
+        for name, flag in (("CLONE_NEWUSER", 0x10000000), ("CLONE_NEWNS", 0x00020000),
+                           ("CLONE_NEWNET", 0x40000000), ("CLONE_NEWUSER|CLONE_NEWNS", 0x10020000),
+                           ("CLONE_NEWPID", 0x20000000), ("CLONE_NEWCGROUP", 0x02000000)):
+            R[name] = sc("unshare", flag)[1] or "OK"
+        ''')
+    assert all(_refused(v) for v in R.values()), f"unshare(2) succeeded: {R}"
+    assert R["CLONE_NEWUSER"] in ("ENOSPC", "EPERM"), R
+
+
+# ---------------------------------------------------------------------------
+# 8
+def test_kernel_module_loading_is_refused(ready_sandbox):
+    """Attempt: finit_module(2) on /dev/null, init_module(2) with a junk
+    image, delete_module(2) of a common module name.
+    Must hold: each fails with EPERM (or ENOSYS on a kernel built without
+    module support, as this host's is); /proc/modules (if any) unchanged."""
+    sb = ready_sandbox
+    try:
+        with open("/proc/modules") as f:
+            mods_before = f.read()
+    except OSError:
+        mods_before = None
+    R, _ = probe(sb, r'''
+        fd = os.open("/dev/null", os.O_RDONLY)
+        R["finit_module"] = sc("finit_module", fd, "", 0)[1] or "OK"
+        img = ctypes.create_string_buffer(b"\x7fELF" + b"\0" * 60)
+        R["init_module"] = sc("init_module", img, 64, "")[1] or "OK"
+        R["delete_module"] = sc("delete_module", "ext4", 0x800)[1] or "OK"
+        ''')
+    for k, v in R.items():
+        assert v in ("EPERM", "ENOSYS"), f"{k} did not fail with EPERM/ENOSYS: {R}"
+    if mods_before is not None:
+        with open("/proc/modules") as f:
+            assert f.read() == mods_before
+
+
+# ---------------------------------------------------------------------------
+# 9
+def test_bpf_is_refused(ready_sandbox):
+    """Attempt: bpf(2) (x86_64 syscall 321) BPF_MAP_CREATE of a 1-entry
+    array map and BPF_PROG_LOAD of a two-instruction socket filter
+    ("r0 = 0; exit"), both well-formed so that only permission can refuse
+    them.
+    Must hold: both fail with EPERM. (The host has
+    kernel.unprivileged_bpf_disabled; the seccomp filter being added will
+    refuse bpf outright: either way the answer must be EPERM.)"""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        import struct
+        attr = ctypes.create_string_buffer(struct.pack("=IIIII", 2, 4, 4, 1, 0) + b"\0" * 108)
+        r, e = sc("bpf", 0, attr, 128)  # BPF_MAP_CREATE, BPF_MAP_TYPE_ARRAY
+        R["map_create"] = e or "OK"
+        insns = ctypes.create_string_buffer(
+            struct.pack("=BBhi", 0xb7, 0, 0, 0) + struct.pack("=BBhi", 0x95, 0, 0, 0))
+        lic = ctypes.create_string_buffer(b"GPL")
+        load = struct.pack("=IIQQ", 1, 2, ctypes.addressof(insns), ctypes.addressof(lic))
+        attr2 = ctypes.create_string_buffer(load + b"\0" * (128 - len(load)))
+        r, e = sc("bpf", 5, attr2, 128)  # BPF_PROG_LOAD, BPF_PROG_TYPE_SOCKET_FILTER
+        R["prog_load"] = e or "OK"
+        ''')
+    assert R == {"map_create": "EPERM", "prog_load": "EPERM"}, \
+        f"bpf(2) inside the sandbox must fail with EPERM: {R}"
+
+
+# ---------------------------------------------------------------------------
+# 10
+KEYCTL = {"describe": 6, "search": 10, "read": 11, "invalidate": 21}
+KEY_SPEC = {"session": -3, "user": -4}
+
+
+def _host_add_user_key(desc, payload):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    r = libc.syscall(ctypes.c_long(248), ctypes.c_char_p(b"user"), ctypes.c_char_p(desc.encode()),
+                     ctypes.c_char_p(payload), ctypes.c_long(len(payload)),
+                     ctypes.c_long(KEY_SPEC["user"]))
+    if r < 0:
+        pytest.fail(f"this host cannot run the case: add_key(2) in the test process failed "
+                    f"(errno {ctypes.get_errno()})", pytrace=False)
+    return r
+
+
+def _host_invalidate_key(serial):
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(ctypes.c_long(250), ctypes.c_long(KEYCTL["invalidate"]), ctypes.c_long(serial))
+
+
+def test_keyrings_are_private(daemon, make_sandbox):
+    """Attempt: sandbox A stores keys (add_key "user" type) in its session
+    and user keyrings and keeps running; meanwhile sandbox B, knowing the
+    serial numbers and descriptions, tries KEYCTL_DESCRIBE, KEYCTL_READ,
+    request_key and KEYCTL_SEARCH on its own keyrings, and lists
+    /proc/keys. B also looks for a key the host's root user holds in its
+    user keyring (the daemon runs as that user).
+    Must hold: B can neither see nor read A's keys nor the host's; A could
+    read its own keys (premise), unless add_key is refused with EPERM (the
+    coming seccomp filter), in which case nothing exists to leak."""
+    a, b = make_sandbox(daemon, "key-a"), make_sandbox(daemon, "key-b")
+    a_ws = daemon.sandbox_root / a.id / "workspace"
+    tag = secrets.token_hex(8)
+    host_desc, host_payload = f"sandloom-sec-host-{tag}", secrets.token_hex(16).encode()
+    host_serial = _host_add_user_key(host_desc, host_payload)
+    try:
+        holder = Background(probe, a, r'''
+            import time
+            out = {}
+            for ring in ("session", "user"):
+                desc = "sandloom-sec-%s-%s" % (ring, P["tag"])
+                payload = ("payload-" + ring + "-" + P["tag"]).encode()
+                r, e = sc("add_key", "user", desc, payload, len(payload), P["spec"][ring])
+                out[ring] = {"serial": r, "errno": e, "desc": desc}
+                if r > 0:
+                    buf = ctypes.create_string_buffer(256)
+                    n, e2 = sc("keyctl", P["keyctl"]["read"], r, buf, 256)
+                    out[ring]["self_read"] = buf.raw[:n].decode() if n > 0 else e2
+            R["keys"] = out
+            with open("/workspace/keys.json", "w") as f:
+                json.dump(out, f)
+            for _ in range(200):
+                if os.path.exists("/workspace/keys-done"):
+                    break
+                time.sleep(0.1)
+            ''', {"tag": tag, "spec": KEY_SPEC, "keyctl": KEYCTL})
+        try:
+            assert wait_for(lambda: (a_ws / "keys.json").exists(), 15), "A never stored its keys"
+            keys = json.loads((a_ws / "keys.json").read_text())
+            R, _ = probe(b, r'''
+                R["proc_keys"] = open("/proc/keys").read()
+                res = {}
+                for name, k in P["keys"].items():
+                    serial = k["serial"]
+                    if serial > 0:
+                        buf = ctypes.create_string_buffer(256)
+                        res[name + " describe"] = sc("keyctl", P["keyctl"]["describe"], serial, buf, 256)[1] or "OK"
+                        res[name + " read"] = sc("keyctl", P["keyctl"]["read"], serial, buf, 256)[1] or "OK"
+                    for ring in ("session", "user"):
+                        res["%s search %s" % (name, ring)] = sc("keyctl", P["keyctl"]["search"], P["spec"][ring], "user", k["desc"], 0)[1] or "OK"
+                    res[name + " request_key"] = sc("request_key", "user", k["desc"], None, 0)[1] or "OK"
+                buf = ctypes.create_string_buffer(256)
+                res["host describe"] = sc("keyctl", P["keyctl"]["describe"], P["host_serial"], buf, 256)[1] or "OK"
+                res["host read"] = sc("keyctl", P["keyctl"]["read"], P["host_serial"], buf, 256)[1] or "OK"
+                res["host request_key"] = sc("request_key", "user", P["host_desc"], None, 0)[1] or "OK"
+                R["res"] = res
+                ''', {"keys": keys, "spec": KEY_SPEC, "keyctl": KEYCTL, "host_serial": host_serial,
+                      "host_desc": host_desc})
+        finally:
+            release_holder(daemon, a, "keys-done")
+            RA, body_a = holder.result()
+    finally:
+        _host_invalidate_key(host_serial)
+    for ring, k in keys.items():
+        if k["serial"] < 0:
+            assert k["errno"] in ("EPERM", "ENOSYS"), f"add_key failed oddly in A: {keys}"
+        else:
+            assert k["self_read"] == f"payload-{ring}-{tag}", f"premise: A reads its own key: {keys}"
+    ok = {k: v for k, v in R["res"].items() if v == "OK"}
+    assert ok == {}, f"B reached keys it does not own: {ok}"
+    assert tag not in R["proc_keys"], f"B's /proc/keys lists foreign keys:\n{R['proc_keys']}"
+
+
+# ---------------------------------------------------------------------------
+# 11
+def test_block_device_nodes_cannot_be_made(daemon, ready_sandbox):
+    """Attempt: `mknod /tmp/sda b 8 0`, mknod of block and character devices
+    (8:0 disk, 1:1 /dev/mem, 1:2 /dev/kmem) in /tmp, /workspace and
+    /dev/shm through mknod(1) and os.mknod.
+    Must hold: all fail; the sandbox's host workspace holds no device node."""
+    sb = ready_sandbox
+    require_tools(sb, ["mknod"])
+    b = sh(sb, "mknod /tmp/sda b 8 0 2>&1 && echo MADE-1; mknod /workspace/sda b 8 0 2>&1 && "
+               "echo MADE-2; mknod /workspace/mem c 1 1 2>&1 && echo MADE-3; true")
+    assert "MADE" not in b["stdout"], f"mknod(1) created a device node: {b}"
+    R, _ = probe(sb, r'''
+        import stat
+        for d in ("/tmp", "/workspace", "/dev/shm", "/home/sandbox"):
+            R[d + " blk 8:0"] = oserr(os.mknod, d + "/sda2", 0o600 | stat.S_IFBLK, os.makedev(8, 0))
+            R[d + " chr 1:1"] = oserr(os.mknod, d + "/mem2", 0o600 | stat.S_IFCHR, os.makedev(1, 1))
+            R[d + " chr 1:2"] = oserr(os.mknod, d + "/kmem2", 0o600 | stat.S_IFCHR, os.makedev(1, 2))
+        ''')
+    ok = {k: v for k, v in R.items() if v == "OK"}
+    assert ok == {}, f"device nodes created inside the sandbox: {ok}"
+    root = daemon.sandbox_root / sb.id
+    for d, _, files in os.walk(root):
+        for f in files:
+            st = os.lstat(os.path.join(d, f))
+            assert not (stat.S_ISBLK(st.st_mode) or stat.S_ISCHR(st.st_mode)), \
+                f"device node on the host: {os.path.join(d, f)}"
+
+
+# ---------------------------------------------------------------------------
+# 16
+def test_tiocsti_injection_is_impossible(ready_sandbox):
+    """Attempt: ioctl(TIOCSTI=0x5412, "x") on /dev/tty and on descriptors 0,
+    1 and 2, to push characters into a terminal outside the sandbox.
+    Must hold: the sandbox has no controlling terminal (tty_nr 0, opening
+    /dev/tty fails with ENXIO) and every ioctl fails."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        c = ctypes.c_char(b"x")
+        R["tty_nr"] = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4])
+        try:
+            fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+            R["open_dev_tty"] = "OK"
+            R["ioctl /dev/tty"] = libcall("ioctl", fd, 0x5412, ctypes.byref(c))[1] or "OK"
+        except OSError as e:
+            R["open_dev_tty"] = errno.errorcode.get(e.errno)
+        for fd in (0, 1, 2):
+            R["ioctl fd%d" % fd] = libcall("ioctl", fd, 0x5412, ctypes.byref(c))[1] or "OK"
+        ''')
+    assert R["tty_nr"] == 0, f"the sandbox has a controlling terminal: {R}"
+    assert R["open_dev_tty"] != "OK", f"/dev/tty opened inside the sandbox: {R}"
+    ok = {k: v for k, v in R.items() if k.startswith("ioctl") and v == "OK"}
+    assert ok == {}, f"TIOCSTI succeeded: {R}"
+
+
+# ---------------------------------------------------------------------------
+# 17
+def test_setuid_binaries_gain_nothing(ready_sandbox):
+    """Attempt: find every setuid/setgid file under /usr (find -perm -4000 /
+    -2000) and run each with a stdin that never closes, so those that
+    prompt or spawn a shell (su, passwd, ...) stay alive long enough to be
+    inspected; also `su -c ...` to run a command through su.
+    Must hold: while they run, their /proc/<pid>/status shows all four
+    uids 0 (i.e. the sandbox's own uid; an unmapped host uid would show as
+    65534), CapEff 0 and NoNewPrivs 1; afterwards the sandbox's own
+    CapEff is still 0."""
+    sb = ready_sandbox
+    require_tools(sb, ["find", "su"])
+    R, body = probe(sb, r'''
+        import subprocess, time
+        files = subprocess.run(["find", "/usr", "-xdev", "-type", "f", "(", "-perm", "-4000", "-o",
+                                "-perm", "-2000", ")"], capture_output=True, text=True).stdout.split()
+        R["setuid_files"] = files
+        procs = []
+        for f in files:
+            try:
+                p = subprocess.Popen([f], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+                procs.append((f, p))
+            except OSError as e:
+                R.setdefault("exec_errors", {})[f] = str(e)
+        time.sleep(0.5)
+        seen = {}
+        for f, p in procs:
+            try:
+                st = dict(l.split(":", 1) for l in open("/proc/%d/status" % p.pid) if ":" in l)
+                seen[f] = {k: st[k].split() for k in ("Uid", "Gid", "CapEff", "CapPrm", "NoNewPrivs")}
+            except OSError:
+                pass
+        R["seen"] = seen
+        for f, p in procs:
+            p.kill()
+            p.wait()
+        r = subprocess.run(["su", "-c", "grep -E '^(Uid|CapEff):' /proc/self/status"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        R["su_c"] = [r.returncode, r.stdout, r.stderr[-300:]]
+        st = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+        R["self_after"] = {k: st[k].split() for k in ("Uid", "CapEff", "NoNewPrivs")}
+        ''', http_timeout=120)
+    assert R["setuid_files"], "premise: the host has setuid files under /usr (none found)"
+    assert R["seen"], (f"no setuid program stayed alive long enough to inspect "
+                       f"(started: {R['setuid_files']}, errors: {R.get('exec_errors')})")
+    for f, st in R["seen"].items():
+        assert st["Uid"] == ["0", "0", "0", "0"], f"{f} changed uid: {st}"
+        assert int(st["CapEff"][0], 16) == 0 and int(st["CapPrm"][0], 16) == 0, f"{f} gained caps: {st}"
+        assert st["NoNewPrivs"] == ["1"], st
+    if R["su_c"][0] == 0:
+        assert "CapEff:\t0000000000000000" in R["su_c"][1] or \
+            "0000000000000000" in R["su_c"][1].split("CapEff:")[1], R["su_c"]
+        assert R["su_c"][1].split("Uid:")[1].split()[:4] == ["0", "0", "0", "0"], R["su_c"]
+    assert R["self_after"] == {"Uid": ["0", "0", "0", "0"], "CapEff": ["0000000000000000"],
+                               "NoNewPrivs": ["1"]}, R["self_after"]
+
+
+# ---------------------------------------------------------------------------
+# 21a
+def test_kernel_memory_and_log_devices_unreachable(ready_sandbox):
+    """Attempt: open /dev/mem, /dev/kmem, /dev/port, /dev/kmsg and the host's
+    disks (/dev/vda, /dev/sda); read /proc/kcore and /proc/kmsg; syslog(2)
+    READ_ALL (dmesg); iopl(3)/ioperm for raw port I/O.
+    Must hold: /dev holds only the harmless synthetic set; every open/read
+    fails; syslog, iopl and ioperm fail with EPERM."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        R["dev"] = sorted(os.listdir("/dev"))
+        opens = {}
+        for p in ("/dev/mem", "/dev/kmem", "/dev/port", "/dev/kmsg", "/dev/vda", "/dev/sda",
+                  "/dev/nvme0n1", "/proc/kcore", "/proc/kmsg"):
+            opens[p] = oserr(read_bytes, p, 16)
+        R["opens"] = opens
+        buf = ctypes.create_string_buffer(4096)
+        R["syslog"] = libcall("klogctl", 3, buf, 4096)[1] or "OK"
+        R["iopl"] = libcall("iopl", 3)[1] or "OK"
+        R["ioperm"] = libcall("ioperm", 0x80, 1, 1)[1] or "OK"
+        ''')
+    assert set(R["dev"]) <= {"fd", "full", "null", "ptmx", "pts", "random", "shm", "stderr",
+                             "stdin", "stdout", "tty", "urandom", "zero"}, R["dev"]
+    ok = {k: v for k, v in R["opens"].items() if v == "OK"}
+    assert ok == {}, f"kernel/disk interfaces readable: {ok}"
+    assert R["syslog"] == "EPERM" and R["iopl"] == "EPERM" and R["ioperm"] == "EPERM", R
+
+
+# ---------------------------------------------------------------------------
+# 21b
+def test_raw_sockets_and_privileged_ports_refused(ready_sandbox):
+    """Attempt (host network mode, the default, so this is the host's own
+    network namespace): open AF_INET/AF_INET6 SOCK_RAW, AF_PACKET and the
+    unprivileged-ping ICMP datagram socket (CAP_NET_RAW games: spoofing,
+    sniffing the host's traffic), and bind 127.0.0.1 on a port below the
+    host's ip_unprivileged_port_start. No packet is sent anywhere.
+    Must hold: every socket is refused (EPERM/EACCES) and the bind fails."""
+    sb = ready_sandbox
+    with open("/proc/sys/net/ipv4/ip_unprivileged_port_start") as f:
+        unpriv_start = int(f.read())
+    with open("/proc/sys/net/ipv4/ping_group_range") as f:
+        ping_range = [int(x) for x in f.read().split()]
+    R, _ = probe(sb, r'''
+        def mk(fam, typ, proto):
+            s = socket.socket(fam, typ, proto)
+            s.close()
+        R["AF_INET SOCK_RAW icmp"] = oserr(mk, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)
+        R["AF_INET SOCK_RAW raw"] = oserr(mk, socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        R["AF_INET6 SOCK_RAW"] = oserr(mk, socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6)
+        R["AF_PACKET"] = oserr(mk, socket.AF_PACKET, socket.SOCK_RAW, 0x0300)
+        R["ICMP dgram (ping)"] = oserr(mk, socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+        def bind_low():
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", P["port"]))
+            finally:
+                s.close()
+        R["bind low port"] = oserr(bind_low) if P["port"] > 0 else "n/a"
+        ''', {"port": unpriv_start - 1 if unpriv_start > 1 else 0})
+    ping_allowed_for_sandbox = ping_range[0] <= sb.uid <= ping_range[1]
+    for k, v in R.items():
+        if k == "ICMP dgram (ping)" and ping_allowed_for_sandbox:
+            continue  # the host allows unprivileged ping for this gid range by policy
+        if v == "n/a":
+            continue
+        assert v in ("EPERM", "EACCES", "EAFNOSUPPORT"), f"{k} not refused: {R}"
+
+
+# ---------------------------------------------------------------------------
+# 21c
+def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
+    """Attempt: the classic chroot escape (keep a descriptor of /, chroot
+    into a subdirectory, fchdir back to the descriptor, chdir("..") 64
+    times, chroot(".")), plus pivot_root(".", ".") and walking up from
+    /proc/1/root and /proc/self/root.
+    Must hold: chroot and pivot_root fail with EPERM; walking ".." from any
+    of those starting points ends at the sandbox's own root (same listing
+    as /, no host-only entry such as /var or /root)."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        os.makedirs("/tmp/jail/inner", exist_ok=True)
+        keep = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+        R["chroot"] = libcall("chroot", "/tmp/jail")[1] or "OK"
+        os.fchdir(keep)
+        for _ in range(64):
+            os.chdir("..")
+        R["chroot_dot"] = libcall("chroot", ".")[1] or "OK"
+        R["after_walk"] = sorted(os.listdir("."))
+        R["pivot_root"] = sc("pivot_root", ".", ".")[1] or "OK"
+        R["root"] = sorted(os.listdir("/"))
+        for start in ("/proc/1/root", "/proc/self/root", "/proc/1/cwd"):
+            os.chdir(start)
+            for _ in range(64):
+                os.chdir("..")
+            R["walk " + start] = sorted(os.listdir("."))
+        ''')
+    assert R["chroot"] == "EPERM" and R["chroot_dot"] == "EPERM", R
+    assert R["pivot_root"] == "EPERM", R
+    for k in ("after_walk", "walk /proc/1/root", "walk /proc/self/root", "walk /proc/1/cwd"):
+        assert R[k] == R["root"], f"{k} reached a different root: {R[k]} vs {R['root']}"
+    assert "var" not in R["root"] and "root" not in R["root"] and "sys" not in R["root"], R["root"]
+
+
+# ---------------------------------------------------------------------------
+# 21d
+def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
+    """Attempt: setns(2) into every namespace of /proc/1/ns (own init), open
+    the daemon's /proc/<host pid>/ns/* and pidfd_open(daemon pid); and the
+    "shocker" escape: name_to_handle_at(/etc/passwd) then
+    open_by_handle_at(2) on the handle (which would resolve it against the
+    host filesystem, bypassing the mount tree).
+    Must hold: every setns fails (EPERM, or EINVAL for a namespace the
+    process is already in); the daemon's namespaces are not reachable
+    (ENOENT/ESRCH); open_by_handle_at fails with EPERM."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        res = {}
+        for ns in sorted(os.listdir("/proc/1/ns")):
+            try:
+                fd = os.open("/proc/1/ns/" + ns, os.O_RDONLY)
+            except OSError as e:
+                res["open " + ns] = errno.errorcode.get(e.errno)
+                continue
+            res["setns " + ns] = sc("setns", fd, 0)[1] or "OK"
+            os.close(fd)
+        R["own"] = res
+        d = P["dpid"]
+        R["daemon_ns"] = {ns: oserr(os.open, "/proc/%d/ns/%s" % (d, ns), os.O_RDONLY)
+                          for ns in ("mnt", "user", "pid", "net")}
+        R["pidfd_open"] = oserr(os.pidfd_open, d)
+        class FH(ctypes.Structure):
+            _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
+                        ("f_handle", ctypes.c_ubyte * 128)]
+        fh = FH(128, 0)
+        mnt = ctypes.c_int(0)
+        r, e = sc("name_to_handle_at", -100, "/etc/passwd", ctypes.byref(fh), ctypes.byref(mnt), 0)
+        R["name_to_handle_at"] = e or "OK"
+        mfd = os.open("/etc", os.O_RDONLY | os.O_DIRECTORY)
+        R["open_by_handle_at"] = sc("open_by_handle_at", mfd, ctypes.byref(fh), os.O_RDONLY)[1] or "OK"
+        root = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+        R["open_by_handle_at root"] = sc("open_by_handle_at", root, ctypes.byref(fh), os.O_RDONLY)[1] or "OK"
+        ''', {"dpid": daemon.proc.pid})
+    bad = {k: v for k, v in R["own"].items() if v == "OK" or v not in ("EPERM", "EINVAL")}
+    assert bad == {}, f"setns into the sandbox's namespaces did something: {R['own']}"
+    assert all(v in ("ENOENT", "ESRCH", "EACCES", "EPERM") for v in R["daemon_ns"].values()), R
+    assert R["pidfd_open"] in ("ESRCH", "EPERM"), R
+    assert R["open_by_handle_at"] == "EPERM" and R["open_by_handle_at root"] == "EPERM", R
