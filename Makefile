@@ -4,7 +4,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 STATE ?= $(CURDIR)/state
 
-.PHONY: all build deps deps-build run test unit e2e bench sanitize clean format
+.PHONY: all build deps deps-build run test unit e2e security bench sanitize clean format
 
 all: build
 
@@ -45,7 +45,10 @@ unit: build
 	meson test -C $(BUILD) --suite unit --print-errorlogs
 
 e2e: build
-	python3 -m pytest -q tests/e2e
+	SANDLOOMD=$(CURDIR)/$(BUILD)/sandloomd /usr/bin/python3 -m pytest -q tests/e2e
+
+security: build
+	SANDLOOMD=$(CURDIR)/$(BUILD)/sandloomd /usr/bin/python3 -m pytest -q tests/security
 
 # Speed figures beside a baseline measured in the same run (not a test).
 bench: build

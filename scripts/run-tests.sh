@@ -2,7 +2,8 @@
 # Runs every test tier against the build in $1 (default: build):
 #   1. C unit tests (cmocka, through meson test; the runtime tests need root)
 #   2. end-to-end tests (pytest: real sandloomd on loopback, real namespaces)
-# and, when $2 names an ASan+UBSan build, both tiers again against it.
+#   3. the escape suite (pytest: attacks from inside real sandboxes)
+# and, when $2 names an ASan+UBSan build, every tier again against it.
 # Ends with one line "total: N passed, N failed".
 set -uo pipefail
 build="${1:-build}"
@@ -18,7 +19,7 @@ total_fail=0
 
 # run_tier BUILD LABEL
 run_tier() {
-    local dir="$1" label="$2" counts unit_pass unit_fail e2e_pass e2e_fail
+    local dir="$1" label="$2" counts unit_pass unit_fail e2e_pass e2e_fail sec_pass sec_fail
     echo "== $label: unit tests"
     meson test -C "$dir" --suite unit --print-errorlogs || status=1
     counts=$($py scripts/count-results.py meson "$dir/meson-logs/testlog.json")
@@ -31,10 +32,18 @@ run_tier() {
     counts=$($py scripts/count-results.py junit "$dir/e2e-junit.xml")
     read -r e2e_pass e2e_fail <<<"$counts"
 
+    echo "== $label: escape suite"
+    rm -f "$dir/security-junit.xml"
+    SANDLOOMD="$root/$dir/sandloomd" $py -m pytest -q -p no:cacheprovider \
+        --junitxml="$dir/security-junit.xml" tests/security || status=1
+    counts=$($py scripts/count-results.py junit "$dir/security-junit.xml")
+    read -r sec_pass sec_fail <<<"$counts"
+
     echo "$label unit: $unit_pass passed, $unit_fail failed"
     echo "$label e2e: $e2e_pass passed, $e2e_fail failed"
-    total_pass=$((total_pass + unit_pass + e2e_pass))
-    total_fail=$((total_fail + unit_fail + e2e_fail))
+    echo "$label security: $sec_pass passed, $sec_fail failed"
+    total_pass=$((total_pass + unit_pass + e2e_pass + sec_pass))
+    total_fail=$((total_fail + unit_fail + e2e_fail + sec_fail))
 }
 
 run_tier "$build" "release"

@@ -26,6 +26,9 @@ from pathlib import Path
 
 import pytest
 
+# Importing tests/e2e modules must not write __pycache__ into tests/e2e.
+sys.dont_write_bytecode = True
+
 HERE = Path(__file__).resolve().parent
 E2E = HERE.parent / "e2e"
 for p in (str(E2E), str(HERE)):

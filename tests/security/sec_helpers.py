@@ -6,6 +6,7 @@ parameters as P, a result dict R printed as one `RESULT {json}` line at
 exit) and receive their parameters as argv[1] (JSON), so no probe source
 is ever built by string formatting. Secrets a probe must look for are
 passed reversed, so the probe's own command line never contains them.
+SANDLOOM_SEC_VERBOSE=1 (with pytest -s) prints every probe's result.
 """
 
 import hashlib
@@ -93,7 +94,10 @@ def probe(sb, code, params=None, **kw):
     body = run(sb, ["python3", "-c", src, json.dumps(params)], **kw)
     for line in reversed(body.get("stdout", "").splitlines()):
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):]), body
+            result = json.loads(line[len("RESULT "):])
+            if os.environ.get("SANDLOOM_SEC_VERBOSE"):
+                print(f"\n[probe in {sb.id}] {json.dumps(result, sort_keys=True)[:4000]}")
+            return result, body
     pytest.fail(f"the in-sandbox probe printed no RESULT line (did python3 start?): "
                 f"status={body.get('status')} exit={body.get('exit_code')} "
                 f"stdout={body.get('stdout', '')[-1500:]!r} stderr={body.get('stderr', '')[-1500:]!r}",

@@ -4,7 +4,6 @@ state, other tenants' files, host secrets, the read-only system trees,
 daemon's own writes. Every attempt runs inside a real sandbox; every host
 effect is checked from the test process (root on the host)."""
 
-import json
 import os
 import secrets
 import shutil
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sec_helpers import (file_fingerprint, hold_until_released, probe, release_holder,
-                         require_tools, reverse, sh, wait_for, host_processes)
+from sec_helpers import (file_fingerprint, hold_until_released, host_processes, probe,
+                         release_holder, reverse, sh, wait_for)
 
 
 # ---------------------------------------------------------------------------

@@ -9,12 +9,15 @@ import ctypes
 import json
 import os
 import secrets
-import socket
 import stat
+import textwrap
+import warnings
+from pathlib import Path
 
 import pytest
 
-from sec_helpers import (probe, release_holder, require_tools, sh, wait_for, Background)
+from sec_helpers import (Background, file_fingerprint, probe, release_holder, require_tools, sh,
+                         wait_for)
 
 
 def _refused(v):
@@ -139,98 +142,186 @@ def test_bpf_is_refused(ready_sandbox):
 
 # ---------------------------------------------------------------------------
 # 10
-KEYCTL = {"describe": 6, "search": 10, "read": 11, "invalidate": 21}
+KEYCTL = {"describe": 6, "link": 8, "search": 10, "read": 11, "invalidate": 21}
 KEY_SPEC = {"session": -3, "user": -4}
 
 
-def _host_add_user_key(desc, payload):
+# Appended to a probe: int80(nr, a1, a2) makes an i386-ABI system call
+# (int 0x80) from a forked child, through a few bytes of machine code:
+#   push rbx; mov eax,edi; mov ebx,esi; mov ecx,edx; xor edx,edx; int 0x80;
+#   movsxd rax,eax; pop rbx; ret
+# It returns "OK" (the call ran and returned >= 0), the errno name, or
+# KILLED_<signal> when the child was killed (a seccomp bad-arch kill).
+INT80 = r'''
+def int80(nr, a1, a2):
+    import mmap, signal, struct
+    code = bytes([0x53, 0x89, 0xf8, 0x89, 0xf3, 0x89, 0xd1, 0x31, 0xd2, 0xcd, 0x80,
+                  0x48, 0x63, 0xc0, 0x5b, 0xc3])
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+            m.write(code)
+            addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+            fn = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_long, ctypes.c_long)(addr)
+            ret = fn(nr, a1, a2)
+            os.write(w, struct.pack("q", ret))
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = os.read(r, 8)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "KILLED_" + signal.Signals(os.WTERMSIG(status)).name
+    if len(data) != 8:
+        return "NO_RESULT"
+    ret = struct.unpack("q", data)[0]
+    return "OK" if ret >= 0 else errno.errorcode.get(-ret, str(-ret))
+'''
+
+
+def _host_keyctl(*args):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
-    r = libc.syscall(ctypes.c_long(248), ctypes.c_char_p(b"user"), ctypes.c_char_p(desc.encode()),
-                     ctypes.c_char_p(payload), ctypes.c_long(len(payload)),
-                     ctypes.c_long(KEY_SPEC["user"]))
+    conv = [ctypes.c_char_p(a) if isinstance(a, bytes) else ctypes.c_long(a) for a in args]
+    r = libc.syscall(*conv)
+    return r, ctypes.get_errno()
+
+
+def _host_add_key(ring, desc, payload):
+    r, e = _host_keyctl(248, b"user", desc.encode(), payload, len(payload), KEY_SPEC[ring])
     if r < 0:
         pytest.fail(f"this host cannot run the case: add_key(2) in the test process failed "
-                    f"(errno {ctypes.get_errno()})", pytrace=False)
+                    f"(errno {e})", pytrace=False)
     return r
 
 
-def _host_invalidate_key(serial):
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(ctypes.c_long(250), ctypes.c_long(KEYCTL["invalidate"]), ctypes.c_long(serial))
+@pytest.fixture
+def keyring_daemon(daemon_factory):
+    """A daemon that, like a systemd service, runs with a session keyring
+    of its own holding a secret key (the test process joins a fresh named
+    session keyring first; the daemon inherits it). Without one, a sandbox
+    that failed to join its own session keyring would fall back to its
+    uid's private user-session keyring and a shared-keyring bug could not
+    show."""
+    tag = secrets.token_hex(8)
+    r, e = _host_keyctl(250, 1, f"sandloom-sec-daemon-session-{tag}".encode())
+    if r < 0:
+        pytest.fail(f"this host cannot run the case: KEYCTL_JOIN_SESSION_KEYRING failed "
+                    f"(errno {e})", pytrace=False)
+    # As pam_keyinit does: the user keyring is linked into the session one,
+    # so this process possesses (and can later invalidate) the keys in it.
+    r, e = _host_keyctl(250, KEYCTL["link"], KEY_SPEC["user"], KEY_SPEC["session"])
+    if r < 0:
+        pytest.fail(f"this host cannot run the case: KEYCTL_LINK @u -> @s failed (errno {e})",
+                    pytrace=False)
+    keys = {"session": (f"sandloom-sec-hostsess-{tag}", secrets.token_hex(16).encode()),
+            "user": (f"sandloom-sec-hostuser-{tag}", secrets.token_hex(16).encode())}
+    serials = {ring: _host_add_key(ring, d, p) for ring, (d, p) in keys.items()}
+    d = daemon_factory()
+    try:
+        yield d, {ring: (serials[ring], keys[ring][0]) for ring in keys}
+    finally:
+        for serial in serials.values():
+            r, e = _host_keyctl(250, KEYCTL["invalidate"], serial)
+            assert r == 0, f"could not remove the test's host key {serial} (errno {e})"
 
 
-def test_keyrings_are_private(daemon, make_sandbox):
+def test_keyrings_are_private(keyring_daemon, make_sandbox):
     """Attempt: sandbox A stores keys (add_key "user" type) in its session
     and user keyrings and keeps running; meanwhile sandbox B, knowing the
     serial numbers and descriptions, tries KEYCTL_DESCRIBE, KEYCTL_READ,
     request_key and KEYCTL_SEARCH on its own keyrings, and lists
-    /proc/keys. B also looks for a key the host's root user holds in its
-    user keyring (the daemon runs as that user).
-    Must hold: B can neither see nor read A's keys nor the host's; A could
+    /proc/keys. The daemon runs with a session keyring holding a key, and
+    root's user keyring holds another (the daemon runs as root): B looks
+    for both by serial and description. Finally B calls
+    keyctl(KEYCTL_JOIN_SESSION_KEYRING) natively and through the i386 ABI
+    (int 0x80, nr 288), the classic way around a seccomp filter that only
+    knows the native syscall table.
+    Must hold: B can neither see nor read A's keys nor the daemon's; A could
     read its own keys (premise), unless add_key is refused with EPERM (the
-    coming seccomp filter), in which case nothing exists to leak."""
+    seccomp filter), in which case nothing exists to leak; and when the
+    native keyctl is refused, the i386 one is refused too (EPERM or the
+    process killed by SIGSYS), never executed. (On a host whose i386 ABI
+    faults for every call, as this one's, that last check cannot be made:
+    the test says so with a warning.)"""
+    daemon, host_keys = keyring_daemon
     a, b = make_sandbox(daemon, "key-a"), make_sandbox(daemon, "key-b")
     a_ws = daemon.sandbox_root / a.id / "workspace"
     tag = secrets.token_hex(8)
-    host_desc, host_payload = f"sandloom-sec-host-{tag}", secrets.token_hex(16).encode()
-    host_serial = _host_add_user_key(host_desc, host_payload)
-    try:
-        holder = Background(probe, a, r'''
-            import time
-            out = {}
-            for ring in ("session", "user"):
-                desc = "sandloom-sec-%s-%s" % (ring, P["tag"])
-                payload = ("payload-" + ring + "-" + P["tag"]).encode()
-                r, e = sc("add_key", "user", desc, payload, len(payload), P["spec"][ring])
-                out[ring] = {"serial": r, "errno": e, "desc": desc}
-                if r > 0:
-                    buf = ctypes.create_string_buffer(256)
-                    n, e2 = sc("keyctl", P["keyctl"]["read"], r, buf, 256)
-                    out[ring]["self_read"] = buf.raw[:n].decode() if n > 0 else e2
-            R["keys"] = out
-            with open("/workspace/keys.json", "w") as f:
-                json.dump(out, f)
-            for _ in range(200):
-                if os.path.exists("/workspace/keys-done"):
-                    break
-                time.sleep(0.1)
-            ''', {"tag": tag, "spec": KEY_SPEC, "keyctl": KEYCTL})
-        try:
-            assert wait_for(lambda: (a_ws / "keys.json").exists(), 15), "A never stored its keys"
-            keys = json.loads((a_ws / "keys.json").read_text())
-            R, _ = probe(b, r'''
-                R["proc_keys"] = open("/proc/keys").read()
-                res = {}
-                for name, k in P["keys"].items():
-                    serial = k["serial"]
-                    if serial > 0:
-                        buf = ctypes.create_string_buffer(256)
-                        res[name + " describe"] = sc("keyctl", P["keyctl"]["describe"], serial, buf, 256)[1] or "OK"
-                        res[name + " read"] = sc("keyctl", P["keyctl"]["read"], serial, buf, 256)[1] or "OK"
-                    for ring in ("session", "user"):
-                        res["%s search %s" % (name, ring)] = sc("keyctl", P["keyctl"]["search"], P["spec"][ring], "user", k["desc"], 0)[1] or "OK"
-                    res[name + " request_key"] = sc("request_key", "user", k["desc"], None, 0)[1] or "OK"
+    holder = Background(probe, a, r'''
+        import time
+        out = {}
+        for ring in ("session", "user"):
+            desc = "sandloom-sec-%s-%s" % (ring, P["tag"])
+            payload = ("payload-" + ring + "-" + P["tag"]).encode()
+            r, e = sc("add_key", "user", desc, payload, len(payload), P["spec"][ring])
+            out[ring] = {"serial": r, "errno": e, "desc": desc}
+            if r > 0:
                 buf = ctypes.create_string_buffer(256)
-                res["host describe"] = sc("keyctl", P["keyctl"]["describe"], P["host_serial"], buf, 256)[1] or "OK"
-                res["host read"] = sc("keyctl", P["keyctl"]["read"], P["host_serial"], buf, 256)[1] or "OK"
-                res["host request_key"] = sc("request_key", "user", P["host_desc"], None, 0)[1] or "OK"
-                R["res"] = res
-                ''', {"keys": keys, "spec": KEY_SPEC, "keyctl": KEYCTL, "host_serial": host_serial,
-                      "host_desc": host_desc})
-        finally:
-            release_holder(daemon, a, "keys-done")
-            RA, body_a = holder.result()
+                n, e2 = sc("keyctl", P["keyctl"]["read"], r, buf, 256)
+                out[ring]["self_read"] = buf.raw[:n].decode() if n > 0 else e2
+                n, e3 = sc("keyctl", P["keyctl"]["describe"], r, buf, 256)
+                out[ring]["self_describe"] = buf.raw[:n].rstrip(b"\0").decode() if n > 0 else e3
+        R["keys"] = out
+        with open("/workspace/keys.json", "w") as f:
+            json.dump(out, f)
+        for _ in range(200):
+            if os.path.exists("/workspace/keys-done"):
+                break
+            time.sleep(0.1)
+        ''', {"tag": tag, "spec": KEY_SPEC, "keyctl": KEYCTL})
+    try:
+        assert wait_for(lambda: (a_ws / "keys.json").exists(), 15), "A never stored its keys"
+        keys = json.loads((a_ws / "keys.json").read_text())
+        R, _ = probe(b, INT80 + textwrap.dedent(r'''
+            R["proc_keys"] = open("/proc/keys").read()
+            res = {}
+            for name, k in P["keys"].items():
+                serial = k["serial"]
+                if serial > 0:
+                    buf = ctypes.create_string_buffer(256)
+                    res[name + " describe"] = sc("keyctl", P["keyctl"]["describe"], serial, buf, 256)[1] or "OK"
+                    res[name + " read"] = sc("keyctl", P["keyctl"]["read"], serial, buf, 256)[1] or "OK"
+                for ring in ("session", "user"):
+                    res["%s search %s" % (name, ring)] = sc("keyctl", P["keyctl"]["search"], P["spec"][ring], "user", k["desc"], 0)[1] or "OK"
+                res[name + " request_key"] = sc("request_key", "user", k["desc"], None, 0)[1] or "OK"
+            buf = ctypes.create_string_buffer(256)
+            for ring, (serial, desc) in P["host_keys"].items():
+                res["daemon %s describe" % ring] = sc("keyctl", P["keyctl"]["describe"], serial, buf, 256)[1] or "OK"
+                res["daemon %s read" % ring] = sc("keyctl", P["keyctl"]["read"], serial, buf, 256)[1] or "OK"
+                res["daemon %s request_key" % ring] = sc("request_key", "user", desc, None, 0)[1] or "OK"
+            R["res"] = res
+            R["native_join"] = sc("keyctl", 1, None)[1] or "OK"  # KEYCTL_JOIN_SESSION_KEYRING
+            R["i386_getpid"] = int80(20, 0, 0)  # unfiltered: does int 0x80 work at all?
+            R["i386_join"] = int80(288, 1, 0)
+            '''), {"keys": keys, "spec": KEY_SPEC, "keyctl": KEYCTL, "host_keys": host_keys})
     finally:
-        _host_invalidate_key(host_serial)
+        release_holder(daemon, a, "keys-done")
+        RA, body_a = holder.result()
     for ring, k in keys.items():
         if k["serial"] < 0:
             assert k["errno"] in ("EPERM", "ENOSYS"), f"add_key failed oddly in A: {keys}"
         else:
-            assert k["self_read"] == f"payload-{ring}-{tag}", f"premise: A reads its own key: {keys}"
+            # Premise: A sees its own keys (the user-keyring key is not
+            # possessed through the fresh session keyring: view only).
+            assert k["self_describe"].endswith(k["desc"]), f"premise: A sees its own key: {keys}"
+            if ring == "session":
+                assert k["self_read"] == f"payload-{ring}-{tag}", f"premise: A reads its key: {keys}"
     ok = {k: v for k, v in R["res"].items() if v == "OK"}
     assert ok == {}, f"B reached keys it does not own: {ok}"
-    assert tag not in R["proc_keys"], f"B's /proc/keys lists foreign keys:\n{R['proc_keys']}"
+    if R["i386_getpid"] == "KILLED_SIGSEGV":
+        # int 0x80 faults even for getpid: this kernel/hypervisor offers no
+        # usable i386 ABI, so there is no second syscall table to go around
+        # a filter with. Said loudly, not skipped silently.
+        warnings.warn("cross-ABI (int 0x80) keyctl check not possible on this host: the i386 "
+                      "ABI faults for every call (ia32 emulation unavailable)")
+    elif R["native_join"] != "OK":
+        assert R["i386_join"] in ("EPERM", "ENOSYS", "KILLED_SIGSYS"), \
+            f"keyctl refused natively ({R['native_join']}) but ran through int 0x80: {R['i386_join']}"
+    assert tag not in R["proc_keys"] and "sandloom-sec" not in R["proc_keys"], \
+        f"B's /proc/keys lists foreign keys:\n{R['proc_keys']}"
 
 
 # ---------------------------------------------------------------------------
@@ -354,7 +445,8 @@ def test_kernel_memory_and_log_devices_unreachable(ready_sandbox):
     disks (/dev/vda, /dev/sda); read /proc/kcore and /proc/kmsg; syslog(2)
     READ_ALL (dmesg); iopl(3)/ioperm for raw port I/O.
     Must hold: /dev holds only the harmless synthetic set; every open/read
-    fails; syslog, iopl and ioperm fail with EPERM."""
+    fails; syslog fails with EPERM, iopl and ioperm with EPERM (ENOSYS on a
+    kernel without port I/O support)."""
     sb = ready_sandbox
     R, _ = probe(sb, r'''
         R["dev"] = sorted(os.listdir("/dev"))
@@ -372,7 +464,9 @@ def test_kernel_memory_and_log_devices_unreachable(ready_sandbox):
                              "stdin", "stdout", "tty", "urandom", "zero"}, R["dev"]
     ok = {k: v for k, v in R["opens"].items() if v == "OK"}
     assert ok == {}, f"kernel/disk interfaces readable: {ok}"
-    assert R["syslog"] == "EPERM" and R["iopl"] == "EPERM" and R["ioperm"] == "EPERM", R
+    assert R["syslog"] == "EPERM", R
+    # ENOSYS: a kernel built without CONFIG_X86_IOPL_IOPERM (as this host's).
+    assert R["iopl"] in ("EPERM", "ENOSYS") and R["ioperm"] in ("EPERM", "ENOSYS"), R
 
 
 # ---------------------------------------------------------------------------
@@ -457,11 +551,16 @@ def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
     the daemon's /proc/<host pid>/ns/* and pidfd_open(daemon pid); and the
     "shocker" escape: name_to_handle_at(/etc/passwd) then
     open_by_handle_at(2) on the handle (which would resolve it against the
-    host filesystem, bypassing the mount tree).
+    host filesystem, bypassing the mount tree); and the runc CVE-2019-5736
+    move: open /proc/1/exe (sandloom-init, a host file outside the tree)
+    and /proc/self/exe for writing, directly and re-opened via O_PATH.
     Must hold: every setns fails (EPERM, or EINVAL for a namespace the
     process is already in); the daemon's namespaces are not reachable
-    (ENOENT/ESRCH); open_by_handle_at fails with EPERM."""
+    (ENOENT/ESRCH); open_by_handle_at fails with EPERM; no /proc/*/exe
+    opens for writing and sandloom-init is unchanged on the host."""
     sb = ready_sandbox
+    init = Path(os.readlink(f"/proc/{daemon.proc.pid}/exe")).parent / "sandloom-init"
+    init_fp = file_fingerprint(init) if init.exists() else None
     R, _ = probe(sb, r'''
         res = {}
         for ns in sorted(os.listdir("/proc/1/ns")):
@@ -488,9 +587,22 @@ def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
         R["open_by_handle_at"] = sc("open_by_handle_at", mfd, ctypes.byref(fh), os.O_RDONLY)[1] or "OK"
         root = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
         R["open_by_handle_at root"] = sc("open_by_handle_at", root, ctypes.byref(fh), os.O_RDONLY)[1] or "OK"
+        # CVE-2019-5736 style: /proc/<pid>/exe is a magic link to a host file
+        # outside the sandbox's tree (sandloom-init, python3).
+        R["exe"] = {}
+        for p in ("/proc/1/exe", "/proc/self/exe"):
+            R["exe"][p + " O_WRONLY"] = oserr(os.open, p, os.O_WRONLY)
+            R["exe"][p + " O_RDWR"] = oserr(os.open, p, os.O_RDWR)
+            R["exe"][p + " O_PATH->/proc/self/fd O_WRONLY"] = oserr(
+                lambda: os.open("/proc/self/fd/%d" % os.open(p, os.O_PATH), os.O_WRONLY))
         ''', {"dpid": daemon.proc.pid})
     bad = {k: v for k, v in R["own"].items() if v == "OK" or v not in ("EPERM", "EINVAL")}
     assert bad == {}, f"setns into the sandbox's namespaces did something: {R['own']}"
     assert all(v in ("ENOENT", "ESRCH", "EACCES", "EPERM") for v in R["daemon_ns"].values()), R
     assert R["pidfd_open"] in ("ESRCH", "EPERM"), R
     assert R["open_by_handle_at"] == "EPERM" and R["open_by_handle_at root"] == "EPERM", R
+    ok = {k: v for k, v in R["exe"].items() if v == "OK"}
+    assert ok == {}, f"a host executable opened for writing through /proc/*/exe: {ok}"
+    init = Path(os.readlink(f"/proc/{daemon.proc.pid}/exe")).parent / "sandloom-init"
+    if init.exists():
+        assert file_fingerprint(init) == init_fp, "sandloom-init changed on the host"

@@ -6,7 +6,6 @@ import os
 import secrets
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 from sec_helpers import file_fingerprint, probe, sh, wait_for
