@@ -11,9 +11,21 @@
  *
  * The command stays in init's process group and session (created by the
  * runtime before exec): the runtime kills that group at the end of an
- * execution, which is what ends the whole tree at basic level. */
+ * execution, which is what ends the whole tree at basic level.
+ *
+ *   sandloom-init --session FD
+ *
+ * Session mode (warm sandboxes): init stays, and runs one command per
+ * request received on the control socket FD, as runtime/session_proto.h
+ * describes; background processes of one command outlive it and are still
+ * there for the next. */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdint.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +33,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "runtime/session_proto.h"
+
 #define EXIT_USAGE 127
+#define MAX_RUNNING 256
 
 static int usage(void)
 {
@@ -43,8 +58,229 @@ static _Noreturn void run_command(char **argv, const sigset_t *mask, pid_t init_
     _exit(e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG ? 127 : 126);
 }
 
+/* ---- session mode ------------------------------------------------------ */
+
+struct running {
+    pid_t pid;     /* 0 = free slot */
+    int status_fd; /* -1 once the status was written */
+};
+
+static struct running running[MAX_RUNNING];
+
+static int read_full(int fd, void *buf, size_t len)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static void close_fds(int *fds, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+}
+
+/* The child side of one request: its own session, the given stdio, cwd,
+ * environment; then the command. */
+static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char **envp,
+                                    const sigset_t *mask)
+{
+    setsid();
+    for (int i = 0; i < 3; i++)
+        if (dup2(fds[i], i) < 0)
+            _exit(126);
+    /* Only 0, 1, 2 reach the command. */
+    for (int fd = 3; fd < 1024; fd++)
+        close(fd);
+    signal(SIGPIPE, SIG_DFL);
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    if (chdir(cwd) < 0) {
+        fprintf(stderr, "sandloom-init: cannot change directory to '%s': %s\n", cwd,
+                strerror(errno));
+        _exit(1);
+    }
+    extern char **environ;
+    environ = envp;
+    execvp(argv[0], argv);
+    int e = errno;
+    fprintf(stderr, "sandloom-init: cannot execute '%s': %s\n", argv[0], strerror(e));
+    _exit(e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG ? 127 : 126);
+}
+
+/* Read one request and start its command. -1 when the control socket is
+ * gone (the daemon died or stopped the session). */
+static int session_request(int ctl, const sigset_t *mask)
+{
+    struct sl_session_req req;
+    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_NFDS)];
+    struct iovec iov = {.iov_base = &req, .iov_len = sizeof(req)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    ssize_t n;
+    do
+        n = recvmsg(ctl, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    int fds[SL_SESSION_NFDS] = {-1, -1, -1, -1};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(fds)))
+        memcpy(fds, CMSG_DATA(c), sizeof(fds));
+    if ((size_t)n != sizeof(req) || req.magic != SL_SESSION_MAGIC ||
+        req.payload_len > SL_SESSION_MAX_PAYLOAD || req.argc == 0 ||
+        req.argc > SL_SESSION_MAX_ITEMS || req.envc > SL_SESSION_MAX_ITEMS || fds[3] < 0) {
+        close_fds(fds, SL_SESSION_NFDS);
+        return -1; /* a protocol error: the stream can no longer be trusted */
+    }
+    char *payload = malloc(req.payload_len + 1);
+    char **argv = calloc(req.argc + 1, sizeof(*argv));
+    char **envp = calloc(req.envc + 1, sizeof(*envp));
+    if (!payload || !argv || !envp || read_full(ctl, payload, req.payload_len) < 0) {
+        free(payload);
+        free(argv);
+        free(envp);
+        close_fds(fds, SL_SESSION_NFDS);
+        return -1;
+    }
+    payload[req.payload_len] = '\0';
+    /* Split "cwd\0argv...\0env...\0" without trusting the counts. */
+    char *p = payload, *end = payload + req.payload_len;
+    const char *cwd = p;
+    p += strlen(p) + 1;
+    for (uint32_t i = 0; i < req.argc && p < end; i++, p += strlen(p) + 1)
+        argv[i] = p;
+    for (uint32_t i = 0; i < req.envc && p < end; i++, p += strlen(p) + 1)
+        envp[i] = p;
+    int status_fd = fds[3];
+    int slot = -1;
+    for (int i = 0; i < MAX_RUNNING && slot < 0; i++)
+        if (!running[i].pid)
+            slot = i;
+    pid_t pid = slot >= 0 && argv[0] ? fork() : -1;
+    if (pid == 0)
+        session_child(fds, cwd, argv, envp, mask);
+    close_fds(fds, 3);
+    free(payload);
+    free(argv);
+    free(envp);
+    if (pid < 0) {
+        int32_t status = (int32_t)(126 << 8); /* as if it exited 126: could not start */
+        if (write(status_fd, &status, sizeof(status)) < 0) {
+            /* the runtime gave up already */
+        }
+        close(status_fd);
+        return 0;
+    }
+    running[slot].pid = pid;
+    running[slot].status_fd = status_fd;
+    return 0;
+}
+
+static int session_main(int ctl)
+{
+    /* init holds the session's control and status sockets: processes of the
+     * sandbox (same uid) must not open them through /proc/1/fd or ptrace
+     * init. Commands get the flag back at their exec. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    if (fcntl(ctl, F_SETFD, FD_CLOEXEC) < 0)
+        return EXIT_USAGE;
+    sigset_t handled, original;
+    sigemptyset(&handled);
+    sigaddset(&handled, SIGCHLD);
+    sigaddset(&handled, SIGTERM);
+    sigaddset(&handled, SIGINT);
+    sigaddset(&handled, SIGHUP);
+    sigaddset(&handled, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &handled, &original);
+    int sfd = signalfd(-1, &handled, SFD_CLOEXEC);
+    if (sfd < 0)
+        return EXIT_USAGE;
+    /* A runtime that closes a status socket while init writes to it must not
+     * kill init; the commands get SIGPIPE back (session_child). */
+    signal(SIGPIPE, SIG_IGN);
+    if (getpid() != 1)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    for (int i = 0; i < MAX_RUNNING; i++)
+        running[i].status_fd = -1;
+
+    for (;;) {
+        struct pollfd pfd[2 + MAX_RUNNING];
+        int map[2 + MAX_RUNNING];
+        int n = 0;
+        pfd[n++] = (struct pollfd){.fd = ctl, .events = POLLIN};
+        pfd[n++] = (struct pollfd){.fd = sfd, .events = POLLIN};
+        for (int i = 0; i < MAX_RUNNING; i++)
+            if (running[i].pid && running[i].status_fd >= 0) {
+                map[n] = i;
+                pfd[n++] = (struct pollfd){.fd = running[i].status_fd, .events = POLLIN};
+            }
+        if (poll(pfd, (nfds_t)n, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            return EXIT_USAGE;
+        }
+        if (pfd[0].revents && session_request(ctl, &original) < 0) {
+            kill(-1, SIGKILL); /* the daemon is gone: so is everything here */
+            return 0;
+        }
+        if (pfd[1].revents & POLLIN) {
+            struct signalfd_siginfo si;
+            while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+                if (si.ssi_signo != SIGCHLD) {
+                    kill(-1, SIGKILL);
+                    return 128 + (int)si.ssi_signo;
+                }
+                break;
+            }
+            int status;
+            pid_t pid;
+            while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+                for (int i = 0; i < MAX_RUNNING; i++) {
+                    if (running[i].pid != pid)
+                        continue;
+                    if (running[i].status_fd >= 0) {
+                        int32_t st = status;
+                        if (write(running[i].status_fd, &st, sizeof(st)) < 0) {
+                            /* the runtime gave up already */
+                        }
+                        close(running[i].status_fd);
+                    }
+                    running[i].pid = 0;
+                    running[i].status_fd = -1;
+                }
+            }
+        }
+        /* A status socket the runtime closed: deadline or cancel. Kill the
+         * command's process group (its pid, from setsid) and forget the
+         * socket; the command is still reaped above. */
+        for (int k = 2; k < n; k++) {
+            struct running *r = &running[map[k]];
+            /* The command may have been reaped above in this same round:
+             * then its socket is closed and this event is stale. */
+            if (!pfd[k].revents || r->pid <= 0 || r->status_fd != pfd[k].fd)
+                continue;
+            kill(-r->pid, SIGKILL);
+            kill(r->pid, SIGKILL);
+            close(r->status_fd);
+            r->status_fd = -1;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--session") == 0)
+        return session_main(atoi(argv[2]));
     if (argc < 5 || strcmp(argv[1], "--cwd") != 0 || strcmp(argv[3], "--") != 0)
         return usage();
     const char *cwd = argv[2];

@@ -164,6 +164,8 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_MEMORY_LIMIT_BYTES", memory_limit_bytes, "2147483648", 0, NOLIM),
     V_INT("SANDBOX_PIDS_LIMIT", pids_limit, "512", 0, NOLIM),
     V_FLOAT("SANDBOX_CPU_LIMIT", cpu_limit, "2.0", 0, 0),
+    /* Ours: idle period of a warm session; 0 = a fresh sandbox per exec. */
+    V_INT("SANDBOX_SESSION_IDLE_SECONDS", session_idle_seconds, "60", 0, NOLIM),
 
     /* 2.3 workspace and lifecycle */
     V_STR("SANDBOX_LOCAL_ROOT", local_root, "/var/lib/agent-sandbox/sandboxes", 0),

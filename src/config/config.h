@@ -57,6 +57,9 @@ struct sl_config {
     int64_t memory_limit_bytes; /* SANDBOX_MEMORY_LIMIT_BYTES, default 2 GiB */
     int64_t pids_limit;         /* SANDBOX_PIDS_LIMIT, default 512 */
     double cpu_limit;           /* SANDBOX_CPU_LIMIT (CPUs), default 2.0 */
+    /* Ours: warm sessions stop after this long idle with nothing running;
+     * 0 = no warm sessions (a fresh sandbox per execution, as the reference). */
+    int64_t session_idle_seconds; /* SANDBOX_SESSION_IDLE_SECONDS, default 60 */
 
     /* 2.3 workspace and lifecycle */
     char *local_root;

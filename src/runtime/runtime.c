@@ -31,19 +31,7 @@ static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "stric
 #define PROBE_TIMEOUT_MS 15000
 #define MIN_GRACE_MS 100
 
-/* Namespaces on top of user+mount+IPC+UTS (and net by network mode). */
-#define NS_PID 1u
-#define NS_CGROUP 2u
-
-struct sl_runtime {
-    struct sl_spawn_layout layout;
-    unsigned ns; /* the selected level's namespaces plus accepted additions */
-    struct sl_cgroups *cgroups;
-    struct sl_rt_profile profile;
-    int level;
-    bool net_ns;
-    atomic_int running;
-};
+#include "runtime/internal.h"
 
 void sl_rt_exec_result_free(struct sl_rt_exec_result *r)
 {
@@ -92,56 +80,107 @@ static int poll_ms(int64_t until_us)
 
 /* Capture output until the process exited and both pipes reached EOF, or
  * the deadline: then kill, keep draining for the grace period, stop. */
-static void supervise(struct sl_spawn_proc *proc, const struct sl_rt_exec_request *req,
-                      int64_t deadline_us, struct sl_rt_exec_result *res, char *chunk)
+void rt_supervise(struct rt_watch *w, const struct sl_rt_exec_request *req, int64_t deadline_us,
+                  struct sl_rt_exec_result *res, char *chunk)
 {
     int64_t grace_us = (req->grace_ms > MIN_GRACE_MS ? req->grace_ms : MIN_GRACE_MS) * 1000;
     int64_t stop_us = deadline_us;
     bool exited = false, killed = false;
     for (;;) {
-        if (exited && proc->out_fd < 0 && proc->err_fd < 0)
+        /* Done when the command ended (or, once killed without a way to
+         * observe its end, done_fd < 0) and both pipes reached EOF. */
+        if ((exited || w->done_fd < 0) && *w->out_fd < 0 && *w->err_fd < 0)
             return;
         if (sl_mono_us() >= stop_us) {
             if (killed) {
                 /* Something outside our reach still holds a pipe. */
-                if (proc->out_fd >= 0 || proc->err_fd >= 0)
+                if (*w->out_fd >= 0 || *w->err_fd >= 0)
                     res->truncated = true;
                 return;
             }
             res->timed_out = true;
-            kill_execution(proc);
+            w->kill(w);
             killed = true;
             stop_us = sl_mono_us() + grace_us;
             continue;
         }
         struct pollfd p[3];
         int np = 0, iout = -1, ierr = -1, ipid = -1;
-        if (proc->out_fd >= 0) {
+        if (*w->out_fd >= 0) {
             iout = np;
-            p[np++] = (struct pollfd){.fd = proc->out_fd, .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = *w->out_fd, .events = POLLIN};
         }
-        if (proc->err_fd >= 0) {
+        if (*w->err_fd >= 0) {
             ierr = np;
-            p[np++] = (struct pollfd){.fd = proc->err_fd, .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = *w->err_fd, .events = POLLIN};
         }
         if (!exited) {
             ipid = np;
-            p[np++] = (struct pollfd){.fd = proc->pidfd, .events = POLLIN};
+            p[np++] = (struct pollfd){.fd = w->done_fd, .events = POLLIN};
         }
         int r = poll(p, (nfds_t)np, poll_ms(stop_us));
         if (r <= 0)
             continue; /* timeout or EINTR: the deadline check above decides */
         if (iout >= 0 && p[iout].revents)
-            drain_once(&proc->out_fd, &res->out, chunk, &res->truncated);
+            drain_once(w->out_fd, &res->out, chunk, &res->truncated);
         if (ierr >= 0 && p[ierr].revents)
-            drain_once(&proc->err_fd, &res->err, chunk, &res->truncated);
+            drain_once(w->err_fd, &res->err, chunk, &res->truncated);
         if (ipid >= 0 && p[ipid].revents) {
             exited = true;
-            /* Nothing of an execution outlives its launcher: at basic this
-             * ends background jobs left in its process group. */
-            (void)kill(-proc->pid, SIGKILL);
+            w->done(w);
         }
     }
+}
+
+/* Spawn sandloom-init into the runtime's namespaces, placed in the uid's
+ * cgroups before it runs. */
+static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
+                        char *const *argv, char *const *envp, int64_t deadline_us, int session_fd,
+                        struct sl_spawn_proc *proc, struct sl_error *err)
+{
+    static char *const no_env[] = {NULL};
+    struct sl_spawn_request sreq = {
+        .sandbox_root = root,
+        .uid = uid,
+        .pid_ns = (ns & NS_PID) != 0,
+        .cgroup_ns = (ns & NS_CGROUP) != 0,
+        .net_ns = rt->net_ns,
+        .argv = argv,
+        .envp = envp ? envp : no_env,
+        .deadline_us = deadline_us,
+        .session_fd = session_fd,
+    };
+    int cgfds[SL_CGROUP_MAX_FDS];
+    int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, uid, cgfds, err) : 0;
+    if (ncg < 0)
+        return -1;
+    sreq.cgroup_fds = cgfds;
+    sreq.n_cgroup_fds = (size_t)ncg;
+    int started = sl_spawn_start(&rt->layout, &sreq, proc, err);
+    for (int i = 0; i < ncg; i++)
+        close(cgfds[i]);
+    return started;
+}
+
+int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
+             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
+             struct sl_error *err)
+{
+    return rt_spawn_env(rt, ns, root, uid, argv, NULL, deadline_us, session_fd, proc, err);
+}
+
+/* One-shot runs: the launcher is sandloom-init itself, watched by pidfd. */
+static void oneshot_kill(struct rt_watch *w)
+{
+    kill_execution(w->ctx);
+}
+
+static void oneshot_done(struct rt_watch *w)
+{
+    /* Nothing of an execution outlives its launcher: at basic this ends
+     * background jobs left in its process group. */
+    const struct sl_spawn_proc *proc = w->ctx;
+    (void)kill(-proc->pid, SIGKILL);
 }
 
 static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_request *req,
@@ -174,30 +213,13 @@ static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_re
     int64_t start_us = sl_mono_us();
     int64_t timeout_ms = req->timeout_ms < INT64_MAX / 4000 ? req->timeout_ms : INT64_MAX / 4000;
     int64_t deadline_us = start_us + timeout_ms * 1000;
-    struct sl_spawn_request sreq = {
-        .sandbox_root = req->sandbox_root,
-        .uid = req->uid,
-        .pid_ns = (ns & NS_PID) != 0,
-        .cgroup_ns = (ns & NS_CGROUP) != 0,
-        .net_ns = rt->net_ns,
-        .argv = init_argv,
-        .envp = req->envp ? req->envp : no_env,
-        .deadline_us = deadline_us,
-    };
-    int cgfds[SL_CGROUP_MAX_FDS];
-    int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, req->uid, cgfds, err) : 0;
-    if (ncg < 0)
-        return -1;
-    sreq.cgroup_fds = cgfds;
-    sreq.n_cgroup_fds = (size_t)ncg;
     int64_t oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
     struct sl_spawn_proc proc;
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
-    int started = sl_spawn_start(&rt->layout, &sreq, &proc, &spawn_err);
-    for (int i = 0; i < ncg; i++)
-        close(cgfds[i]);
-    if (started < 0) {
+    (void)no_env;
+    if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, deadline_us, -1,
+                     &proc, &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */
@@ -211,7 +233,10 @@ static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_re
         return -1;
     }
     atomic_fetch_add(&rt->running, 1);
-    supervise(&proc, req, deadline_us, res, chunk);
+    struct rt_watch watch = {.out_fd = &proc.out_fd, .err_fd = &proc.err_fd,
+                             .done_fd = proc.pidfd, .kill = oneshot_kill, .done = oneshot_done,
+                             .ctx = &proc};
+    rt_supervise(&watch, req, deadline_us, res, chunk);
     siginfo_t si;
     int rc = sl_spawn_reap(&proc, &si);
     atomic_fetch_sub(&rt->running, 1);
@@ -229,11 +254,14 @@ static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_re
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err)
 {
+    if (rt->warm_sessions)
+        return rt_session_exec(rt, req, res, err);
     return rt_run(rt, rt->ns, req, res, err);
 }
 
 int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err)
 {
+    rt_session_stop_uid(rt, uid);
     if (sl_spawn_kill_uid(uid) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot stop the sandbox's processes");
     if (rt->cgroups)
@@ -255,8 +283,11 @@ void sl_rt_close(struct sl_runtime *rt)
 {
     if (!rt)
         return;
+    rt_sessions_stop_all(rt);
     sl_spawn_layout_free(&rt->layout);
     sl_cgroups_close(rt->cgroups);
+    pthread_mutex_destroy(&rt->sessions_lock);
+    free(rt->sessions);
     free(rt);
 }
 
@@ -461,7 +492,9 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     if (!rt)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     atomic_init(&rt->running, 0);
+    pthread_mutex_init(&rt->sessions_lock, NULL);
     rt->net_ns = opt->network_isolated;
+    rt->warm_sessions = opt->warm_sessions;
     if (sl_spawn_layout_init(opt, &rt->layout, err) < 0) {
         free(rt);
         return -1;

@@ -37,6 +37,9 @@ struct sl_rt_options {
     uid_t probe_uid;                           /* SANDBOX_UID_START */
     /* Additive features (RUNTIME.md §3): pid_namespace, cgroup_namespace. */
     const struct sl_strlist *required_features, *optional_features;
+    /* Keep a sandbox's namespaces and mount tree (sandloom-init in session
+     * mode) between executions; otherwise one fresh sandbox per execution. */
+    bool warm_sessions;
     /* Aggregate per-sandbox quotas (cgroups); 0 = no such quota. */
     int64_t memory_limit_bytes, pids_limit;
     double cpu_limit; /* CPUs */
@@ -95,6 +98,13 @@ int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
  * basic a process that left the process group would, and release must not
  * leave it. */
 int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err);
+
+/* Stop warm sessions unused for idle_ms that have nothing running (no
+ * process but sandloom-init), so a dormant sandbox costs no process.
+ * Returns how many were stopped. */
+int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms);
+/* Live warm sessions. */
+int sl_rt_sessions(struct sl_runtime *rt);
 
 /* Number of sandbox processes currently running through this runtime. */
 int sl_rt_running(const struct sl_runtime *rt);

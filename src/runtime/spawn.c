@@ -589,8 +589,12 @@ static void child_credentials(const struct spawn_child *c)
      * tenant could read or replace keys another tenant stored there. */
     CHILD_TRY(c, STAGE_KEYRING, -1, syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL));
     /* Only now: any euid/egid change clears the parent-death signal. It is
-     * tied to the cloning thread, which stays in sl_rt_exec until we end. */
-    CHILD_TRY(c, STAGE_PDEATHSIG, -1, prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
+     * tied to the cloning thread, which stays in sl_rt_exec until a one-shot
+     * run ends. A session outlives the thread that started it: its init
+     * watches its control socket instead, which closes when the daemon dies
+     * (and init then kills everything in the sandbox). */
+    if (c->req->session_fd < 0)
+        CHILD_TRY(c, STAGE_PDEATHSIG, -1, prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
     struct pollfd p = {.fd = c->sync_fd, .events = POLLIN};
     if (poll(&p, 1, 0) > 0 && (p.revents & POLLHUP))
         _exit(127); /* the parent died before the signal was armed */
@@ -845,6 +849,9 @@ static _Noreturn void child_main(const struct spawn_child *c)
     /* Whatever the daemon had open (other sandboxes' pipes, the database)
      * is gone at exec; the report pipe closing tells the parent exec worked. */
     CHILD_TRY(c, STAGE_STDIO, -1, sl_close_range(3, ~0U, CLOSE_RANGE_CLOEXEC));
+    /* The one exception: a session's control socket, for sandloom-init. */
+    if (c->req->session_fd >= 0)
+        CHILD_TRY(c, STAGE_STDIO, -1, fcntl(c->req->session_fd, F_SETFD, 0));
     sigset_t none;
     sigemptyset(&none);
     CHILD_TRY(c, STAGE_STDIO, -1, sigprocmask(SIG_SETMASK, &none, NULL));

@@ -64,6 +64,7 @@ struct sl_spawn_request {
     char *const *envp;
     int64_t deadline_us; /* monotonic; the setup must finish before it */
     const int *cgroup_fds; /* cgroup.procs files the child is placed in before it goes */
+    int session_fd;        /* >= 0: kept open across exec (session control socket) */
     size_t n_cgroup_fds;
 };
 

@@ -217,6 +217,9 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     /* Ours, beyond the reference (COMPAT.md §2): every sandbox process runs
      * under a seccomp filter. */
     json_object_set_new(caps, "seccomp", json_true());
+    json_object_set_new(caps, "warm_sessions",
+                        json_pack("{s:b,s:I}", "enabled", cfg->session_idle_seconds > 0,
+                                  "idle_seconds", (json_int_t)cfg->session_idle_seconds));
     json_object_set_new(caps, "seccomp_policy", json_string(p->seccomp_policy));
     json_object_set_new(caps, "extension", json_object());
     return caps;
@@ -377,6 +380,10 @@ static void *service_loop(void *arg)
             if (heartbeat(svc, NULL, &err) < 0)
                 sl_warn("heartbeat failed: %s", sl_error_text(&err));
             next_beat = now + beat_every;
+            /* A dormant sandbox costs no process: idle warm sessions with
+             * nothing running go. */
+            if (cfg->session_idle_seconds > 0)
+                sl_rt_reap_idle(svc->runtime, cfg->session_idle_seconds * 1000);
         }
         if (now >= next_maint) {
             /* Maintenance step 1 (FLEET.md §6.1): empty the trash. The

@@ -532,7 +532,13 @@ def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
         R["pivot_root"] = sc("pivot_root", ".", ".")[1] or "OK"
         R["root"] = sorted(os.listdir("/"))
         for start in ("/proc/1/root", "/proc/self/root", "/proc/1/cwd"):
-            os.chdir(start)
+            try:
+                os.chdir(start)
+            except PermissionError:
+                # A warm session's init is not dumpable: its /proc links
+                # cannot even be followed. Stricter than needed; fine.
+                R["walk " + start] = "EACCES"
+                continue
             for _ in range(64):
                 os.chdir("..")
             R["walk " + start] = sorted(os.listdir("."))
@@ -540,6 +546,8 @@ def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
     assert R["chroot"] == "EPERM" and R["chroot_dot"] == "EPERM", R
     assert R["pivot_root"] == "EPERM", R
     for k in ("after_walk", "walk /proc/1/root", "walk /proc/self/root", "walk /proc/1/cwd"):
+        if k.startswith("walk /proc/1/") and R[k] == "EACCES":
+            continue
         assert R[k] == R["root"], f"{k} reached a different root: {R[k]} vs {R['root']}"
     assert "var" not in R["root"] and "root" not in R["root"] and "sys" not in R["root"], R["root"]
 
@@ -596,7 +604,9 @@ def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
             R["exe"][p + " O_PATH->/proc/self/fd O_WRONLY"] = oserr(
                 lambda: os.open("/proc/self/fd/%d" % os.open(p, os.O_PATH), os.O_WRONLY))
         ''', {"dpid": daemon.proc.pid})
-    bad = {k: v for k, v in R["own"].items() if v == "OK" or v not in ("EPERM", "EINVAL")}
+    # EACCES on opening /proc/1/ns/*: a warm session's init is not dumpable.
+    bad = {k: v for k, v in R["own"].items()
+           if v == "OK" or v not in ("EPERM", "EINVAL", "EACCES")}
     assert bad == {}, f"setns into the sandbox's namespaces did something: {R['own']}"
     assert all(v in ("ENOENT", "ESRCH", "EACCES", "EPERM") for v in R["daemon_ns"].values()), R
     assert R["pidfd_open"] in ("ESRCH", "EPERM"), R

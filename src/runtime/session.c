@@ -1,0 +1,467 @@
+/* Warm sessions: one sandloom-init per sandbox, in session mode, holding the
+ * namespaces and the mount tree between executions, so an execution costs a
+ * request on a socket and a fork inside the sandbox instead of building a
+ * sandbox. Background processes of one execution live on for the next; the
+ * session stops when its sandbox is released, or after an idle period with
+ * nothing running (sl_rt_reap_idle), so a dormant sandbox costs no process.
+ *
+ * Locking: sessions_lock guards the table and each session's counters;
+ * write_lock serialises requests on one control socket. A session pointer
+ * is held with refs > 0; a dead session is never reused and is freed when
+ * its last holder lets go. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/syscalls.h"
+#include "common/util.h"
+#include "runtime/internal.h"
+#include "runtime/session_proto.h"
+
+#define SESSION_START_TIMEOUT_US (15 * 1000000LL)
+#define READ_CHUNK (64 * 1024)
+
+static void session_kill_and_reap(struct rt_session *s)
+{
+    if (s->pidfd >= 0) {
+        (void)sl_pidfd_send_signal(s->pidfd, SIGKILL);
+        siginfo_t si;
+        while (waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+            ;
+        close(s->pidfd);
+        s->pidfd = -1;
+    }
+    if (s->ctl_fd >= 0) {
+        close(s->ctl_fd);
+        s->ctl_fd = -1;
+    }
+}
+
+static void session_free(struct rt_session *s)
+{
+    session_kill_and_reap(s);
+    pthread_mutex_destroy(&s->write_lock);
+    free(s);
+}
+
+/* Remove from the table (caller holds sessions_lock). */
+static void table_remove(struct sl_runtime *rt, struct rt_session *s)
+{
+    for (size_t i = 0; i < rt->n_sessions; i++)
+        if (rt->sessions[i] == s) {
+            rt->sessions[i] = rt->sessions[--rt->n_sessions];
+            return;
+        }
+}
+
+/* Drop one reference; the last one of a dead session frees it. */
+static void session_put(struct sl_runtime *rt, struct rt_session *s)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    bool free_it = --s->refs == 0 && s->dead;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (free_it)
+        session_free(s);
+}
+
+static bool session_alive(const struct rt_session *s)
+{
+    struct pollfd p = {.fd = s->pidfd, .events = POLLIN};
+    return s->pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
+static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
+                                        struct sl_error *err)
+{
+    struct rt_session *s = calloc(1, sizeof(*s));
+    if (!s) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->uid = uid;
+    s->pidfd = s->ctl_fd = -1;
+    snprintf(s->root, sizeof(s->root), "%s", root);
+    pthread_mutex_init(&s->write_lock, NULL);
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: socketpair");
+        session_free(s);
+        return NULL;
+    }
+    char fdtext[16];
+    snprintf(fdtext, sizeof(fdtext), "%d", sv[1]);
+    char *argv[] = {(char *)"sandloom-init", (char *)"--session", fdtext, NULL};
+    struct sl_spawn_proc proc;
+    int rc = rt_spawn(rt, rt->ns, root, uid, argv, sl_mono_us() + SESSION_START_TIMEOUT_US,
+                      sv[1], &proc, err);
+    close(sv[1]);
+    if (rc < 0) {
+        close(sv[0]);
+        session_free(s);
+        return NULL;
+    }
+    /* init's own stdout/stderr: it writes nothing there in session mode. */
+    close(proc.out_fd);
+    close(proc.err_fd);
+    s->pid = proc.pid;
+    s->pidfd = proc.pidfd;
+    s->ctl_fd = sv[0];
+    return s;
+}
+
+/* The live session of uid, started if needed; returned with refs and
+ * active taken. */
+static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
+                                      struct sl_error *err)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions; i++) {
+        struct rt_session *s = rt->sessions[i];
+        if (s->uid != uid)
+            continue;
+        if (!s->dead && session_alive(s) && strcmp(s->root, root) == 0) {
+            s->refs++;
+            s->active++;
+            pthread_mutex_unlock(&rt->sessions_lock);
+            return s;
+        }
+        s->dead = true; /* init died (or the sandbox moved): start afresh */
+        table_remove(rt, s);
+        if (s->refs == 0) {
+            pthread_mutex_unlock(&rt->sessions_lock);
+            session_free(s);
+            pthread_mutex_lock(&rt->sessions_lock);
+        }
+        break;
+    }
+    /* Start under the lock: two first executions of one sandbox must not
+     * start two sessions. Starting is one sandbox build (milliseconds). */
+    struct rt_session *s = session_start(rt, root, uid, err);
+    if (s) {
+        if (rt->n_sessions == rt->cap_sessions) {
+            size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;
+            struct rt_session **n = realloc(rt->sessions, cap * sizeof(*n));
+            if (!n) {
+                pthread_mutex_unlock(&rt->sessions_lock);
+                session_free(s);
+                sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+                return NULL;
+            }
+            rt->sessions = n;
+            rt->cap_sessions = cap;
+        }
+        rt->sessions[rt->n_sessions++] = s;
+        s->refs = 1;
+        s->active = 1;
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return s;
+}
+
+static void session_release_exec(struct sl_runtime *rt, struct rt_session *s, bool broken)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    s->active--;
+    s->last_used_us = sl_mono_us();
+    if (broken && !s->dead) {
+        s->dead = true;
+        table_remove(rt, s);
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    session_put(rt, s);
+}
+
+static int write_full(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* One request on the control socket (see session_proto.h). */
+static int session_send(struct rt_session *s, const struct sl_rt_exec_request *req,
+                        const int fds[SL_SESSION_NFDS])
+{
+    struct sl_buf payload;
+    sl_buf_init(&payload, SL_SESSION_MAX_PAYLOAD);
+    uint32_t argc = 0, envc = 0;
+    int rc = sl_buf_append(&payload, req->cwd, strlen(req->cwd) + 1);
+    for (; rc == 0 && req->argv[argc]; argc++)
+        rc = sl_buf_append(&payload, req->argv[argc], strlen(req->argv[argc]) + 1);
+    for (; rc == 0 && req->envp && req->envp[envc]; envc++)
+        rc = sl_buf_append(&payload, req->envp[envc], strlen(req->envp[envc]) + 1);
+    if (rc < 0 || argc > SL_SESSION_MAX_ITEMS || envc > SL_SESSION_MAX_ITEMS) {
+        sl_buf_free(&payload);
+        errno = E2BIG;
+        return -1;
+    }
+    struct sl_session_req hdr = {.magic = SL_SESSION_MAGIC,
+                                 .payload_len = (uint32_t)payload.len,
+                                 .argc = argc,
+                                 .envc = envc};
+    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_NFDS)];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {.iov_base = &hdr, .iov_len = sizeof(hdr)};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * SL_SESSION_NFDS);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * SL_SESSION_NFDS);
+    pthread_mutex_lock(&s->write_lock);
+    ssize_t n;
+    do
+        n = sendmsg(s->ctl_fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    rc = n == (ssize_t)sizeof(hdr) ? write_full(s->ctl_fd, payload.data, payload.len) : -1;
+    pthread_mutex_unlock(&s->write_lock);
+    sl_buf_free(&payload);
+    return rc;
+}
+
+struct session_run {
+    int status_fd;
+    int status; /* raw wait status; valid when got_status */
+    bool got_status;
+    bool killed;
+};
+
+static void session_run_kill(struct rt_watch *w)
+{
+    /* Closing our end tells init to kill the command's process group. */
+    struct session_run *r = w->ctx;
+    r->killed = true;
+    if (r->status_fd >= 0) {
+        close(r->status_fd);
+        r->status_fd = -1;
+    }
+    w->done_fd = -1;
+}
+
+static void session_run_done(struct rt_watch *w)
+{
+    struct session_run *r = w->ctx;
+    int32_t st;
+    ssize_t n = recv(r->status_fd, &st, sizeof(st), MSG_WAITALL);
+    if (n == (ssize_t)sizeof(st)) {
+        r->status = st;
+        r->got_status = true;
+    }
+    close(r->status_fd);
+    r->status_fd = -1;
+    w->done_fd = -1;
+}
+
+/* Pipes and the status socket of one execution. Parent ends in mine[],
+ * the ends handed to init in theirs[] (stdin, stdout, stderr, status). */
+static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
+{
+    int out[2], err[2], st[2];
+    theirs[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (theirs[0] < 0)
+        return -1;
+    if (pipe2(out, O_CLOEXEC) < 0) {
+        close(theirs[0]);
+        return -1;
+    }
+    if (pipe2(err, O_CLOEXEC) < 0) {
+        close(theirs[0]);
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, st) < 0) {
+        close(theirs[0]);
+        close(out[0]);
+        close(out[1]);
+        close(err[0]);
+        close(err[1]);
+        return -1;
+    }
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    mine[0] = out[0];
+    mine[1] = err[0];
+    mine[2] = st[0];
+    theirs[1] = out[1];
+    theirs[2] = err[1];
+    theirs[3] = st[1];
+    return 0;
+}
+
+int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                    struct sl_rt_exec_result *res, struct sl_error *err)
+{
+    memset(res, 0, sizeof(*res));
+    sl_buf_init(&res->out, req->max_output_bytes);
+    sl_buf_init(&res->err, req->max_output_bytes);
+    if (!req->argv || !req->argv[0])
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
+    if (!req->cwd || req->cwd[0] != '/')
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
+    if (req->timeout_ms <= 0)
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+    _cleanup_free_ char *chunk = malloc(READ_CHUNK);
+    if (!chunk)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+
+    int64_t start_us = sl_mono_us();
+    int64_t timeout_ms = req->timeout_ms < INT64_MAX / 4000 ? req->timeout_ms : INT64_MAX / 4000;
+    int64_t deadline_us = start_us + timeout_ms * 1000;
+
+    /* A session found dead on send (init killed, e.g. by the memory quota)
+     * is replaced once. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct rt_session *s = session_get(rt, req->sandbox_root, req->uid, err);
+        if (!s)
+            return -1;
+        /* After session_get: a first execution has just made the cgroup. */
+        int64_t oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
+        int mine[3], theirs[SL_SESSION_NFDS];
+        if (exec_fds(mine, theirs) < 0) {
+            session_release_exec(rt, s, false);
+            return sl_error_errno(err, SL_E_RUNTIME, "cannot create the execution's pipes");
+        }
+        int sent = session_send(s, req, theirs);
+        int send_errno = errno;
+        for (int i = 0; i < SL_SESSION_NFDS; i++)
+            close(theirs[i]);
+        if (sent < 0) {
+            for (int i = 0; i < 3; i++)
+                close(mine[i]);
+            session_release_exec(rt, s, true);
+            if (send_errno == E2BIG)
+                return sl_error_set(err, SL_E_RUNTIME, E2BIG, "the command is too large");
+            continue;
+        }
+        atomic_fetch_add(&rt->running, 1);
+        struct session_run run = {.status_fd = mine[2]};
+        struct rt_watch watch = {.out_fd = &mine[0], .err_fd = &mine[1], .done_fd = mine[2],
+                                 .kill = session_run_kill, .done = session_run_done,
+                                 .ctx = &run};
+        rt_supervise(&watch, req, deadline_us, res, chunk);
+        atomic_fetch_sub(&rt->running, 1);
+        if (mine[0] >= 0)
+            close(mine[0]);
+        if (mine[1] >= 0)
+            close(mine[1]);
+        if (run.status_fd >= 0)
+            close(run.status_fd);
+        /* No status without a kill: init itself died under the command. */
+        bool init_died = !run.got_status && !run.killed;
+        session_release_exec(rt, s, init_died);
+        res->duration_ms = (sl_mono_us() - start_us) / 1000;
+        int64_t oom_after = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
+        res->oom_killed = oom_before >= 0 && oom_after > oom_before;
+        if (run.killed || init_died)
+            res->exit_code = -SIGKILL;
+        else if (WIFEXITED(run.status))
+            res->exit_code = WEXITSTATUS(run.status);
+        else
+            res->exit_code = 128 + WTERMSIG(run.status);
+        return 0;
+    }
+    return sl_error_set(err, SL_E_RUNTIME, EPIPE, "sandbox session failed twice");
+}
+
+/* Mark dead and take out of the table every session matching `pick`;
+ * kill them outside the lock. */
+static int stop_matching(struct sl_runtime *rt, bool (*pick)(struct rt_session *, void *),
+                         void *arg)
+{
+    struct rt_session *victims[64];
+    int n = 0, total = 0;
+    for (;;) {
+        n = 0;
+        pthread_mutex_lock(&rt->sessions_lock);
+        for (size_t i = 0; i < rt->n_sessions && n < (int)SL_ARRAY_LEN(victims);) {
+            struct rt_session *s = rt->sessions[i];
+            if (pick(s, arg)) {
+                s->dead = true;
+                s->refs++;
+                victims[n++] = s;
+                table_remove(rt, s);
+            } else {
+                i++;
+            }
+        }
+        pthread_mutex_unlock(&rt->sessions_lock);
+        for (int i = 0; i < n; i++) {
+            /* Killing init ends the PID namespace; running executions see
+             * their status socket close and end as killed. */
+            (void)sl_pidfd_send_signal(victims[i]->pidfd, SIGKILL);
+            session_put(rt, victims[i]);
+        }
+        total += n;
+        if (n < (int)SL_ARRAY_LEN(victims))
+            return total;
+    }
+}
+
+static bool pick_uid(struct rt_session *s, void *arg) { return s->uid == *(uid_t *)arg; }
+static bool pick_all(struct rt_session *s, void *arg)
+{
+    (void)s;
+    (void)arg;
+    return true;
+}
+
+void rt_session_stop_uid(struct sl_runtime *rt, uid_t uid) { stop_matching(rt, pick_uid, &uid); }
+
+void rt_sessions_stop_all(struct sl_runtime *rt) { stop_matching(rt, pick_all, NULL); }
+
+/* Anything besides init in the session? Its direct children tell: every
+ * process of a PID namespace is init's descendant, and orphans are
+ * reparented to it (it is a subreaper at basic). */
+static bool session_busy(const struct rt_session *s)
+{
+    char path[64], buf[64];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)s->pid, (int)s->pid);
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    return n > 0;
+}
+
+struct idle_arg {
+    int64_t now_us, idle_us;
+};
+
+static bool pick_idle(struct rt_session *s, void *arg)
+{
+    const struct idle_arg *a = arg;
+    return s->active == 0 && s->refs == 0 && a->now_us - s->last_used_us >= a->idle_us &&
+           !session_busy(s);
+}
+
+int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms)
+{
+    struct idle_arg a = {.now_us = sl_mono_us(), .idle_us = idle_ms * 1000};
+    return stop_matching(rt, pick_idle, &a);
+}
+
+int sl_rt_sessions(struct sl_runtime *rt)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    int n = (int)rt->n_sessions;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return n;
+}

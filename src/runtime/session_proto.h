@@ -1,0 +1,34 @@
+/* The wire protocol between the runtime and sandloom-init in session mode.
+ * Shared by both sides; sandloom-init is static and includes nothing else of
+ * the project.
+ *
+ * The runtime holds a SOCK_STREAM control socket (its number in init is
+ * the argument of --session). For each
+ * execution it sends one request: this header, then `payload_len` bytes
+ * "cwd\0argv0\0...argvN\0env0\0...envM\0", with four descriptors attached to
+ * the header by SCM_RIGHTS: stdin, stdout, stderr and a per-execution
+ * status socket. Init forks the command in its own session (process group =
+ * its pid) with those descriptors as 0, 1, 2, and when it ends writes the
+ * raw wait status (int32) to the status socket and closes it. If the runtime
+ * closes its end of the status socket first (deadline, cancel), init kills
+ * the command's process group. If the control socket closes, the daemon is
+ * gone: init kills everything and exits. */
+#ifndef SL_RUNTIME_SESSION_PROTO_H
+#define SL_RUNTIME_SESSION_PROTO_H
+
+#include <stdint.h>
+
+#define SL_SESSION_MAGIC 0x534c5331u /* "SLS1" */
+#define SL_SESSION_NFDS 4
+/* argv and env of the API fit far below this (16 MiB + 8 MiB). */
+#define SL_SESSION_MAX_PAYLOAD (32u * 1024 * 1024)
+#define SL_SESSION_MAX_ITEMS 4096u
+
+struct sl_session_req {
+    uint32_t magic;
+    uint32_t payload_len;
+    uint32_t argc;
+    uint32_t envc;
+};
+
+#endif

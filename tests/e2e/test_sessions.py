@@ -1,0 +1,98 @@
+"""Warm sessions (ours, COMPAT.md §2): a sandbox keeps its namespaces between
+executions, so background processes and /tmp live on for the next command;
+an idle session with nothing running stops (a dormant sandbox costs no
+process); release ends everything."""
+
+import os
+import time
+import uuid
+
+from sandloom_client import Sandbox
+
+
+def uid_processes(uid):
+    """Live host processes whose real uid is `uid` (read from status: a
+    non-dumpable process's /proc directory is owned by root)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError):
+            continue
+        if int(fields["Uid"].split()[0]) == uid and not fields["State"].strip().startswith("Z"):
+            found.append((int(pid), cmd))
+    return found
+
+
+def wait_for(cond, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return cond()
+
+
+def ready(client, prefix):
+    sb = Sandbox(client, f"{prefix}-{uuid.uuid4().hex[:8]}", "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    return sb
+
+
+def test_background_process_and_tmp_survive_to_the_next_exec(client):
+    sb = ready(client, "warm")
+    r = sb.exec(["sh", "-c", "sleep 300 >/dev/null 2>&1 & echo $! > /workspace/bg.pid; "
+                             "echo kept > /tmp/note"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.exec(["sh", "-c", "kill -0 $(cat /workspace/bg.pid) && echo alive; cat /tmp/note"])
+    assert r.body["stdout"] == "alive\nkept\n", r
+    assert any("sleep 300" in cmd for _, cmd in uid_processes(sb.uid))
+    # Release ends the session and everything in it.
+    assert sb.release().status == 200
+    assert wait_for(lambda: not uid_processes(sb.uid), 3), uid_processes(sb.uid)
+
+
+def test_timeout_in_a_session_kills_the_command_not_the_session(client):
+    sb = ready(client, "warm-to")
+    r = sb.exec(["sh", "-c", "echo $$ > /workspace/first; sleep 30"], timeout_seconds=1)
+    assert r.body["status"] == "TIMED_OUT" and r.body["exit_code"] == -9, r
+    assert r.body["termination_reason"] == "TIMED_OUT", r
+    assert not any("sleep 30" in cmd for _, cmd in uid_processes(sb.uid))
+    r = sb.exec(["sh", "-c", "echo still here"])
+    assert r.body["status"] == "SUCCEEDED" and r.body["stdout"] == "still here\n", r
+
+
+def test_idle_session_stops_unless_something_runs(daemon_factory):
+    d = daemon_factory({"SANDBOX_SESSION_IDLE_SECONDS": "1",
+                        "SANDBOX_HEARTBEAT_INTERVAL_SECONDS": "0.5",
+                        "SANDBOX_HEARTBEAT_TTL_SECONDS": "3"})
+    c = d.client()
+    idle, busy = ready(c, "idle"), ready(c, "busy")
+    assert idle.exec(["true"]).body["status"] == "SUCCEEDED"
+    assert busy.exec(["sh", "-c", "sleep 300 >/dev/null 2>&1 &"]).body["status"] == "SUCCEEDED"
+    assert uid_processes(idle.uid), "the warm session should exist right after an exec"
+    # The idle one goes: no process at all for a dormant sandbox.
+    assert wait_for(lambda: not uid_processes(idle.uid), 6), uid_processes(idle.uid)
+    # The busy one stays (its background job keeps running).
+    assert any("sleep 300" in cmd for _, cmd in uid_processes(busy.uid))
+    # A new exec on the idle sandbox simply starts a new session.
+    assert idle.exec(["sh", "-c", "echo back"]).body["stdout"] == "back\n"
+    assert busy.release().status == 200
+    assert wait_for(lambda: not uid_processes(busy.uid), 3), uid_processes(busy.uid)
+
+
+def test_fresh_sandbox_per_exec_when_sessions_are_off(daemon_factory):
+    d = daemon_factory({"SANDBOX_SESSION_IDLE_SECONDS": "0"})
+    c = d.client()
+    caps = c.get("/healthz").body["worker"]["capabilities"]
+    assert caps["warm_sessions"] == {"enabled": False, "idle_seconds": 0}
+    sb = ready(c, "cold")
+    sb.exec(["sh", "-c", "echo x > /tmp/note"])
+    r = sb.exec(["sh", "-c", "cat /tmp/note 2>/dev/null || echo gone"])
+    assert r.body["stdout"] == "gone\n", r
+    assert not uid_processes(sb.uid)
