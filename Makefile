@@ -52,7 +52,8 @@ security: build
 
 # Speed figures beside a baseline measured in the same run (not a test).
 bench: build
-	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; } || true
+	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500 1000
 
 # Unit tests alone under ASan + UBSan (make test runs every tier there too).
 sanitize: deps $(ASAN_BUILD)/build.ninja
