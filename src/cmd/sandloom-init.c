@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,9 +99,11 @@ static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char
     for (int i = 0; i < 3; i++)
         if (dup2(fds[i], i) < 0)
             _exit(126);
-    /* Only 0, 1, 2 reach the command. */
-    for (int fd = 3; fd < 1024; fd++)
-        close(fd);
+    /* Only 0, 1, 2 reach the command: one close_range, not a loop of
+     * closes (each of them would pay the seccomp filter). */
+    if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, mask, NULL);
     if (chdir(cwd) < 0) {
