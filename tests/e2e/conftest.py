@@ -78,6 +78,10 @@ class Daemon:
             "SANDBOX_UID_START": "30000",
             "SANDBOX_UID_END": "30999",
         }
+        # The escape suite runs once more at basic: SANDLOOM_TEST_LEVEL picks
+        # the isolation level of every daemon a test does not configure.
+        if os.environ.get("SANDLOOM_TEST_LEVEL"):
+            env_full["SANDBOX_ISOLATION_LEVEL"] = os.environ["SANDLOOM_TEST_LEVEL"]
         if self.token is not None:
             env_full["SANDBOX_INTERNAL_TOKEN"] = self.token
         env_full.update(env or {})

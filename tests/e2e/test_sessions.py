@@ -7,6 +7,8 @@ import os
 import time
 import uuid
 
+import pytest
+
 from sandloom_client import Sandbox
 
 
@@ -96,3 +98,22 @@ def test_fresh_sandbox_per_exec_when_sessions_are_off(daemon_factory):
     r = sb.exec(["sh", "-c", "cat /tmp/note 2>/dev/null || echo gone"])
     assert r.body["stdout"] == "gone\n", r
     assert not uid_processes(sb.uid)
+
+
+@pytest.mark.parametrize("level", ["auto", "basic"])
+def test_release_kills_processes_that_try_to_survive(daemon_factory, level):
+    """A process that double-forks, takes a new session and ignores SIGTERM
+    and SIGHUP outlives its execution in the warm session; release still
+    leaves nothing of the sandbox running, at the strongest level and at
+    basic (no PID namespace)."""
+    d = daemon_factory({"SANDBOX_ISOLATION_LEVEL": level})
+    sb = ready(d.client(), f"survivor-{level}")
+    script = ("( trap '' TERM HUP; setsid sh -c \"trap '' TERM HUP; "
+              "echo \\$\\$ > /workspace/survivor.pid; exec sleep 300\" "
+              ">/dev/null 2>&1 < /dev/null & ) ; "
+              "while [ ! -s /workspace/survivor.pid ]; do sleep 0.05; done; echo started")
+    r = sb.exec(["sh", "-c", script])
+    assert r.status == 200 and r.body["stdout"] == "started\n", r
+    assert any("sleep 300" in cmd for _, cmd in uid_processes(sb.uid)), uid_processes(sb.uid)
+    assert sb.release().status == 200
+    assert wait_for(lambda: not uid_processes(sb.uid), 3), uid_processes(sb.uid)
