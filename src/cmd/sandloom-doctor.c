@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "runtime/runtime.h"
+#include "service/service.h"
 #include <sys/stat.h>
 
 static const char *const GUIDANCE[] = {
@@ -94,6 +95,28 @@ int main(int argc, char **argv)
                 json_array_append_new(warnings,
                                       json_string("some aggregate sandbox quotas are not enforced "
                                                   "on this host (see capabilities.cgroups)"));
+            /* Network modes this host can give a sandbox: host always;
+             * isolated if a sandbox with its own network namespace launches. */
+            json_t *modes = json_array();
+            json_array_append_new(modes, json_string("host"));
+            struct sl_rt_options iso = rto;
+            iso.network_isolated = true;
+            iso.requested_level = "auto";
+            struct sl_runtime *rt_iso = NULL;
+            struct sl_error iso_err = {0};
+            if (sl_rt_open(&iso, &rt_iso, &iso_err) == 0) {
+                json_array_append_new(modes, json_string("isolated"));
+                sl_rt_close(rt_iso);
+            } else {
+                json_array_append_new(warnings, json_string("network mode 'isolated' is unavailable"));
+            }
+            json_object_set_new(caps, "network_modes", modes);
+            /* The toolchains, launched for real with the managed environment;
+             * the probe sandbox lives in the doctor's temporary directory. */
+            char *saved_root = cfg.workspace_root;
+            cfg.workspace_root = dir;
+            json_object_set_new(caps, "toolchains", sl_toolchain_checks(rt, &cfg));
+            cfg.workspace_root = saved_root;
             json_object_set_new(report, "status", json_string("ready"));
             json_object_set_new(report, "can_start", json_true());
             exit_code = 0;

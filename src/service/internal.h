@@ -76,10 +76,6 @@ int svc_live_count(struct sl_service *svc);
  * (§10.1 step 5); failures are logged, not raised. */
 void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
 
-/* Launch each enabled toolchain in a disposable sandbox (RUNTIME.md §8.2);
- * the checks object of the capabilities document. */
-json_t *svc_toolchain_checks(struct sl_service *svc);
-
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
 json_t *svc_disk_json(const struct sl_disk_status *d);
 

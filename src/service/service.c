@@ -146,7 +146,7 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     /* Measured: every enabled toolchain was launched in a real sandbox. */
     static const char *const NEEDS_PROCFS[] = {"rust", "java"};
     json_t *tc = json_object(), *needs = json_array(), *available = json_array();
-    json_t *checks = svc_toolchain_checks(svc);
+    json_t *checks = sl_toolchain_checks(svc->runtime, cfg);
     for (size_t i = 0; i < cfg->toolchains.len; i++) {
         const char *name = cfg->toolchains.items[i];
         bool needs_procfs = false;

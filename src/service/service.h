@@ -46,6 +46,11 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err);
 
 const char *sl_service_worker_id(const struct sl_service *svc);
 
+/* Launch each enabled toolchain (and typescript with node) in a disposable
+ * sandbox under cfg->workspace_root (RUNTIME.md §8.2): the "checks" object
+ * of the capabilities document. Used at startup and by the doctor. */
+json_t *sl_toolchain_checks(struct sl_runtime *rt, const struct sl_config *cfg);
+
 /* Health. */
 json_t *sl_svc_healthz(struct sl_service *svc);
 

@@ -87,7 +87,7 @@ static json_t *detail_of(const struct sl_rt_exec_result *res)
     return text ? json_stringn(text, n) : json_string("");
 }
 
-static json_t *run_check(struct sl_service *svc, const char *root, uid_t uid,
+static json_t *run_check(struct sl_runtime *rt, const char *root, uid_t uid,
                          const struct toolchain_check *c, const struct sl_env *env)
 {
     _cleanup_free_ char *script = check_script(c);
@@ -104,7 +104,7 @@ static json_t *run_check(struct sl_service *svc, const char *root, uid_t uid,
     };
     struct sl_rt_exec_result res = {0};
     struct sl_error err = {0};
-    if (sl_rt_exec(svc->runtime, &req, &res, &err) < 0) {
+    if (sl_rt_exec(rt, &req, &res, &err) < 0) {
         char detail[DETAIL_MAX + 1];
         snprintf(detail, sizeof(detail), "RuntimeError: %s", err.message);
         return json_pack("{s:s,s:s,s:s}", "status", "failed", "check", "launch", "detail",
@@ -128,9 +128,8 @@ static json_t *run_check(struct sl_service *svc, const char *root, uid_t uid,
     return check;
 }
 
-json_t *svc_toolchain_checks(struct sl_service *svc)
+json_t *sl_toolchain_checks(struct sl_runtime *rt, const struct sl_config *cfg)
 {
-    const struct sl_config *cfg = svc->cfg;
     json_t *checks = json_object();
     uid_t uid = (uid_t)cfg->uid_start;
     char hex[17], name[64], root[4096];
@@ -163,7 +162,7 @@ json_t *svc_toolchain_checks(struct sl_service *svc)
             check = json_pack("{s:s,s:s,s:s}", "status", "failed", "check", "launch", "detail",
                               "RuntimeError: the probe sandbox could not be prepared");
         else
-            check = run_check(svc, root, uid, c, &env);
+            check = run_check(rt, root, uid, c, &env);
         const char *status = sl_json_get_str(check, "status");
         if (status && strcmp(status, "available") != 0)
             sl_warn("toolchain %s: launch check %s", names.items[i], status);
@@ -175,6 +174,6 @@ json_t *svc_toolchain_checks(struct sl_service *svc)
     if (rootfd >= 0)
         ws_remove_tree_at(rootfd, name, &err);
     struct sl_error ignored = {0};
-    sl_rt_kill_sandbox(svc->runtime, uid, &ignored); /* its cgroups go too */
+    sl_rt_kill_sandbox(rt, uid, &ignored); /* its session and cgroups go too */
     return checks;
 }

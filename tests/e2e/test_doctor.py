@@ -1,0 +1,43 @@
+"""sandloom-doctor: the isolation probe without the service (RUNTIME.md §14)."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+
+def doctor(sandloomd_binary, *args, env=None):
+    binary = Path(sandloomd_binary).parent / "sandloom-doctor"
+    full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    full.update(env or {})
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, env=full,
+                          timeout=120)
+
+
+def test_doctor_reports_a_usable_host(sandloomd_binary):
+    r = doctor(sandloomd_binary, "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["schema_version"] == 1 and d["product"] == "Sandloom"
+    assert d["status"] == "ready" and d["can_start"] is True and d["errors"] == []
+    caps = d["capabilities"]
+    assert caps["selected_level"] in caps["supported_levels"]
+    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v1"
+    assert "host" in caps["network_modes"]
+    assert caps["toolchains"]["python"]["status"] == "available", caps["toolchains"]
+    assert set(caps["cgroups"]) >= {"version", "memory_quota", "pids_quota", "cpu_quota"}
+    assert len(d["operator_guidance"]) == 4
+
+
+def test_doctor_without_json_prints_a_status_line(sandloomd_binary):
+    r = doctor(sandloomd_binary)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "Sandloom doctor: ready"
+
+
+def test_doctor_blocked_policy_exits_2(sandloomd_binary):
+    r = doctor(sandloomd_binary, "--json", env={"SANDBOX_ISOLATION_LEVEL": "bogus-level"})
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    d = json.loads(r.stdout)
+    assert d["status"] == "blocked" and d["can_start"] is False and d["errors"], d
+    assert "bogus-level" not in r.stdout
