@@ -151,6 +151,10 @@ def test_memory_bomb_is_contained(daemon_factory, make_sandbox):
     job = Background(run, bomb, ["python3", "-c", code], timeout_seconds=20, http_timeout=90)
     assert run(other, ["true"], http_timeout=60)["status"] == "SUCCEEDED"
     body = job.result(90)
-    assert body["status"] == "FAILED" and body.get("termination_reason") == "OOM_KILLED", body
+    # Which process the kernel's OOM killer picks is its choice: when the
+    # command's main process survives the kills of its children it runs into
+    # the deadline. Either way the quota's kills are reported.
+    assert body["status"] in ("FAILED", "TIMED_OUT"), body
+    assert body.get("termination_reason") == "OOM_KILLED", body
     r = daemon.client().get("/health", auth=False)
     assert r.status == 200
