@@ -39,6 +39,20 @@
 #define EXIT_USAGE 127
 #define MAX_RUNNING 256
 
+/* The signals init reacts to, blocked and taken synchronously (sigwaitinfo
+ * or a signalfd): blocked signals also reach PID 1, while unblocked ones
+ * without a handler would be dropped by the kernel. */
+static void block_handled_signals(sigset_t *handled, sigset_t *original)
+{
+    sigemptyset(handled);
+    sigaddset(handled, SIGCHLD);
+    sigaddset(handled, SIGTERM);
+    sigaddset(handled, SIGINT);
+    sigaddset(handled, SIGHUP);
+    sigaddset(handled, SIGQUIT);
+    sigprocmask(SIG_BLOCK, handled, original);
+}
+
 static int usage(void)
 {
     fprintf(stderr, "sandloom-init: usage: sandloom-init --cwd DIR -- COMMAND [ARG...]\n");
@@ -198,13 +212,7 @@ static int session_main(int ctl)
     if (fcntl(ctl, F_SETFD, FD_CLOEXEC) < 0)
         return EXIT_USAGE;
     sigset_t handled, original;
-    sigemptyset(&handled);
-    sigaddset(&handled, SIGCHLD);
-    sigaddset(&handled, SIGTERM);
-    sigaddset(&handled, SIGINT);
-    sigaddset(&handled, SIGHUP);
-    sigaddset(&handled, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &handled, &original);
+    block_handled_signals(&handled, &original);
     int sfd = signalfd(-1, &handled, SFD_CLOEXEC);
     if (sfd < 0)
         return EXIT_USAGE;
@@ -289,17 +297,8 @@ int main(int argc, char **argv)
     const char *cwd = argv[2];
     char **command = argv + 4;
 
-    /* Everything init reacts to is taken synchronously with sigwaitinfo.
-     * Blocked signals also reach PID 1 (unblocked ones without a handler
-     * would be dropped by the kernel). */
     sigset_t handled, original;
-    sigemptyset(&handled);
-    sigaddset(&handled, SIGCHLD);
-    sigaddset(&handled, SIGTERM);
-    sigaddset(&handled, SIGINT);
-    sigaddset(&handled, SIGHUP);
-    sigaddset(&handled, SIGQUIT);
-    sigprocmask(SIG_BLOCK, &handled, &original);
+    block_handled_signals(&handled, &original);
 
     if (chdir(cwd) < 0) {
         fprintf(stderr, "sandloom-init: cannot change directory to '%s': %s\n", cwd,

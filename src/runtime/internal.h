@@ -46,6 +46,14 @@ struct sl_runtime {
     size_t n_sessions, cap_sessions;
 };
 
+/* Output is read in chunks of this size (API.md §4.2). */
+#define READ_CHUNK (64 * 1024)
+
+/* Reset *res and refuse a request the runtime cannot run (empty argv,
+ * relative cwd, no deadline). Both execution paths start with it. */
+int rt_request_start(const struct sl_rt_exec_request *req, struct sl_rt_exec_result *res,
+                     struct sl_error *err);
+
 /* What rt_supervise watches besides the two output pipes. */
 struct rt_watch {
     int *out_fd, *err_fd;          /* closed (set to -1) at EOF */

@@ -27,7 +27,6 @@
 enum { LEVEL_BASIC, LEVEL_STANDARD, LEVEL_STRICT, LEVEL_COUNT };
 static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "strict"};
 
-#define READ_CHUNK (64 * 1024)
 #define PROBE_TIMEOUT_MS 15000
 #define MIN_GRACE_MS 100
 
@@ -132,6 +131,21 @@ void rt_supervise(struct rt_watch *w, const struct sl_rt_exec_request *req, int6
     }
 }
 
+int rt_request_start(const struct sl_rt_exec_request *req, struct sl_rt_exec_result *res,
+                     struct sl_error *err)
+{
+    memset(res, 0, sizeof(*res));
+    sl_buf_init(&res->out, req->max_output_bytes);
+    sl_buf_init(&res->err, req->max_output_bytes);
+    if (!req->argv || !req->argv[0])
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
+    if (!req->cwd || req->cwd[0] != '/')
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
+    if (req->timeout_ms <= 0)
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+    return 0;
+}
+
 /* Spawn sandloom-init into the runtime's namespaces, placed in the uid's
  * cgroups before it runs. */
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
@@ -186,15 +200,8 @@ static void oneshot_done(struct rt_watch *w)
 static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_request *req,
                   struct sl_rt_exec_result *res, struct sl_error *err)
 {
-    memset(res, 0, sizeof(*res));
-    sl_buf_init(&res->out, req->max_output_bytes);
-    sl_buf_init(&res->err, req->max_output_bytes);
-    if (!req->argv || !req->argv[0])
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
-    if (!req->cwd || req->cwd[0] != '/')
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
-    if (req->timeout_ms <= 0)
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+    if (rt_request_start(req, res, err) < 0)
+        return -1;
 
     size_t argc = 0;
     while (req->argv[argc])

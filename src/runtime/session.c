@@ -27,7 +27,6 @@
 #include "runtime/session_proto.h"
 
 #define SESSION_START_TIMEOUT_US (15 * 1000000LL)
-#define READ_CHUNK (64 * 1024)
 
 static void session_kill_and_reap(struct rt_session *s)
 {
@@ -309,15 +308,8 @@ static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
 int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                     struct sl_rt_exec_result *res, struct sl_error *err)
 {
-    memset(res, 0, sizeof(*res));
-    sl_buf_init(&res->out, req->max_output_bytes);
-    sl_buf_init(&res->err, req->max_output_bytes);
-    if (!req->argv || !req->argv[0])
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
-    if (!req->cwd || req->cwd[0] != '/')
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
-    if (req->timeout_ms <= 0)
-        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+    if (rt_request_start(req, res, err) < 0)
+        return -1;
     _cleanup_free_ char *chunk = malloc(READ_CHUNK);
     if (!chunk)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
