@@ -271,19 +271,28 @@ static int session_main(int ctl)
                 }
             }
         }
-        /* A status socket the runtime closed: deadline or cancel. Kill the
-         * command's process group (its pid, from setsid) and forget the
-         * socket; the command is still reaped above. */
+        /* The runtime spoke on a status socket: a byte asks for SIGTERM or
+         * SIGKILL of the command's process group (its pid, from setsid);
+         * end of stream means it gave up on the command (deadline passed
+         * or daemon gone): kill the group and forget the socket. The
+         * command is still reaped above. */
         for (int k = 2; k < n; k++) {
             struct running *r = &running[map[k]];
             /* The command may have been reaped above in this same round:
              * then its socket is closed and this event is stale. */
             if (!pfd[k].revents || r->pid <= 0 || r->status_fd != pfd[k].fd)
                 continue;
-            kill(-r->pid, SIGKILL);
-            kill(r->pid, SIGKILL);
-            close(r->status_fd);
-            r->status_fd = -1;
+            char req = 0;
+            ssize_t got = read(r->status_fd, &req, 1);
+            if (got < 0 && (errno == EAGAIN || errno == EINTR))
+                continue;
+            int sig = got == 1 && req == SL_SESSION_TERM ? SIGTERM : SIGKILL;
+            kill(-r->pid, sig);
+            kill(r->pid, sig);
+            if (got != 1) {
+                close(r->status_fd);
+                r->status_fd = -1;
+            }
         }
     }
 }

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <stdbool.h>
 
 #include "runtime/cgroup.h"
@@ -31,6 +32,59 @@ struct rt_session {
     int64_t last_used_us;
 };
 
+/* ---- supervision (supervise.c) ---- */
+
+enum { TAG_OUT, TAG_ERR, TAG_ENDED, TAG_TIMER, TAG_COUNT };
+
+/* epoll data of one watched descriptor. */
+struct rt_tag {
+    struct sl_rt_exec *x;
+    int which;
+};
+
+/* One execution in flight. Set up by the thread that starts it, then
+ * touched only by the supervisor thread, except the fields marked. */
+struct sl_rt_exec {
+    struct sl_runtime *rt;
+    atomic_int refs;
+    uid_t uid;
+    sl_rt_exec_done_fn done;
+    void *ctx;
+    bool launched;              /* false: never started, res is final */
+    int64_t start_us, deadline_us, grace_us;
+    int64_t oom_before;         /* the memory cgroup's OOM kills at start */
+    int out_fd, err_fd, timer_fd;
+    /* one-shot: the launcher */
+    struct sl_spawn_proc proc;
+    siginfo_t si;
+    /* warm session */
+    struct rt_session *session; /* NULL for one-shot */
+    int status_fd;
+    int32_t wstatus;
+    /* state */
+    bool exited, got_status;
+    int phase;
+    int signal_sent;            /* the last signal delivered by us, 0 = none */
+    struct sl_rt_exec_result res;
+    struct rt_tag tags[TAG_COUNT];
+    /* guarded by sup.lock */
+    bool finished, queued, cancel_requested, kill_now;
+    struct sl_rt_exec *queue_next, *prev, *next;
+};
+
+struct rt_supervisor {
+    pthread_t thread;
+    bool started;
+    atomic_bool stopping;
+    int epfd, wake_fd;
+    char *chunk;               /* the read buffer (supervisor thread only) */
+    pthread_mutex_t lock;      /* guards the fields below and the marked fields of executions */
+    pthread_cond_t drained;    /* signalled when count drops */
+    struct sl_rt_exec *all;    /* every execution not yet completed */
+    size_t count;
+    struct sl_rt_exec *queue;  /* requests for the supervisor */
+};
+
 struct sl_runtime {
     struct sl_spawn_layout layout;
     unsigned ns; /* the selected level's namespaces plus accepted additions */
@@ -40,6 +94,7 @@ struct sl_runtime {
     bool net_ns;
     bool warm_sessions;
     atomic_int running;
+    struct rt_supervisor sup;
 
     pthread_mutex_t sessions_lock;
     struct rt_session **sessions;
@@ -49,24 +104,18 @@ struct sl_runtime {
 /* Output is read in chunks of this size (API.md §4.2). */
 #define READ_CHUNK (64 * 1024)
 
-/* Reset *res and refuse a request the runtime cannot run (empty argv,
- * relative cwd, no deadline). Both execution paths start with it. */
-int rt_request_start(const struct sl_rt_exec_request *req, struct sl_rt_exec_result *res,
-                     struct sl_error *err);
+/* Refuse a request the runtime cannot run (empty argv, relative cwd, no
+ * deadline). Both execution paths start with it. */
+int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err);
 
-/* What rt_supervise watches besides the two output pipes. */
-struct rt_watch {
-    int *out_fd, *err_fd;          /* closed (set to -1) at EOF */
-    int done_fd;                   /* readable when the command ended */
-    void (*kill)(struct rt_watch *w); /* at the deadline */
-    void (*done)(struct rt_watch *w); /* when done_fd is readable */
-    void *ctx;
-};
-
-/* Capture output until done and both pipes reached EOF, or the deadline:
- * then kill, keep draining for the grace period, stop. */
-void rt_supervise(struct rt_watch *w, const struct sl_rt_exec_request *req, int64_t deadline_us,
-                  struct sl_rt_exec_result *res, char *chunk);
+int rt_supervisor_start(struct sl_runtime *rt, struct sl_error *err);
+/* Kill every execution, wait for all completions, stop the thread. */
+void rt_supervisor_stop(struct sl_runtime *rt);
+/* A new execution with its result buffers and deadline (one reference). */
+struct sl_rt_exec *rt_exec_new(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                               sl_rt_exec_done_fn done, void *ctx);
+/* Give it to the supervisor (see supervise.c). */
+int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
 
 /* Spawn sandloom-init with `init_argv` into the runtime's namespaces and the
  * uid's cgroup (session_fd: see sl_spawn_request). */
@@ -74,8 +123,12 @@ int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, ch
              int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
              struct sl_error *err);
 
-int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
-                    struct sl_rt_exec_result *res, struct sl_error *err);
+/* Send x's request to the uid's warm session (started if needed); on
+ * success x holds the session, its pipes and status socket. */
+int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                      struct sl_rt_exec *x, struct sl_error *err);
+/* The execution on session s ended; broken = init died under it. */
+void rt_session_exec_done(struct sl_runtime *rt, struct rt_session *s, bool broken);
 void rt_session_stop_uid(struct sl_runtime *rt, uid_t uid);
 void rt_sessions_stop_all(struct sl_runtime *rt);
 

@@ -28,7 +28,6 @@ enum { LEVEL_BASIC, LEVEL_STANDARD, LEVEL_STRICT, LEVEL_COUNT };
 static const char *const level_names[LEVEL_COUNT] = {"basic", "standard", "strict"};
 
 #define PROBE_TIMEOUT_MS 15000
-#define MIN_GRACE_MS 100
 
 #include "runtime/internal.h"
 
@@ -40,103 +39,8 @@ void sl_rt_exec_result_free(struct sl_rt_exec_result *r)
     sl_buf_free(&r->err);
 }
 
-/* Read one chunk; keep what fits under the stream's maximum, count the rest
- * as truncation. Closes the descriptor at EOF. */
-static void drain_once(int *fd, struct sl_buf *buf, char *chunk, bool *truncated)
+int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
 {
-    ssize_t n = read(*fd, chunk, READ_CHUNK);
-    if (n > 0) {
-        size_t room = buf->max - buf->len;
-        size_t keep = (size_t)n < room ? (size_t)n : room;
-        if (keep && sl_buf_append(buf, chunk, keep) < 0)
-            keep = 0;
-        if (keep < (size_t)n)
-            *truncated = true;
-        return;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EINTR))
-        return;
-    close(*fd);
-    *fd = -1;
-}
-
-/* Kill the whole execution: sandloom-init through its pidfd (with a PID
- * namespace the kernel then kills every process in it) and its process
- * group, which at basic holds the command and its children. */
-static void kill_execution(const struct sl_spawn_proc *proc)
-{
-    (void)sl_pidfd_send_signal(proc->pidfd, SIGKILL);
-    (void)kill(-proc->pid, SIGKILL);
-}
-
-static int poll_ms(int64_t until_us)
-{
-    int64_t ms = (until_us - sl_mono_us() + 999) / 1000;
-    if (ms < 0)
-        return 0;
-    return ms > INT_MAX ? INT_MAX : (int)ms;
-}
-
-/* Capture output until the process exited and both pipes reached EOF, or
- * the deadline: then kill, keep draining for the grace period, stop. */
-void rt_supervise(struct rt_watch *w, const struct sl_rt_exec_request *req, int64_t deadline_us,
-                  struct sl_rt_exec_result *res, char *chunk)
-{
-    int64_t grace_us = (req->grace_ms > MIN_GRACE_MS ? req->grace_ms : MIN_GRACE_MS) * 1000;
-    int64_t stop_us = deadline_us;
-    bool exited = false, killed = false;
-    for (;;) {
-        /* Done when the command ended (or, once killed without a way to
-         * observe its end, done_fd < 0) and both pipes reached EOF. */
-        if ((exited || w->done_fd < 0) && *w->out_fd < 0 && *w->err_fd < 0)
-            return;
-        if (sl_mono_us() >= stop_us) {
-            if (killed) {
-                /* Something outside our reach still holds a pipe. */
-                if (*w->out_fd >= 0 || *w->err_fd >= 0)
-                    res->truncated = true;
-                return;
-            }
-            res->timed_out = true;
-            w->kill(w);
-            killed = true;
-            stop_us = sl_mono_us() + grace_us;
-            continue;
-        }
-        struct pollfd p[3];
-        int np = 0, iout = -1, ierr = -1, ipid = -1;
-        if (*w->out_fd >= 0) {
-            iout = np;
-            p[np++] = (struct pollfd){.fd = *w->out_fd, .events = POLLIN};
-        }
-        if (*w->err_fd >= 0) {
-            ierr = np;
-            p[np++] = (struct pollfd){.fd = *w->err_fd, .events = POLLIN};
-        }
-        if (!exited) {
-            ipid = np;
-            p[np++] = (struct pollfd){.fd = w->done_fd, .events = POLLIN};
-        }
-        int r = poll(p, (nfds_t)np, poll_ms(stop_us));
-        if (r <= 0)
-            continue; /* timeout or EINTR: the deadline check above decides */
-        if (iout >= 0 && p[iout].revents)
-            drain_once(w->out_fd, &res->out, chunk, &res->truncated);
-        if (ierr >= 0 && p[ierr].revents)
-            drain_once(w->err_fd, &res->err, chunk, &res->truncated);
-        if (ipid >= 0 && p[ipid].revents) {
-            exited = true;
-            w->done(w);
-        }
-    }
-}
-
-int rt_request_start(const struct sl_rt_exec_request *req, struct sl_rt_exec_result *res,
-                     struct sl_error *err)
-{
-    memset(res, 0, sizeof(*res));
-    sl_buf_init(&res->out, req->max_output_bytes);
-    sl_buf_init(&res->err, req->max_output_bytes);
     if (!req->argv || !req->argv[0])
         return sl_error_set(err, SL_E_RUNTIME, EINVAL, "empty command");
     if (!req->cwd || req->cwd[0] != '/')
@@ -183,87 +87,120 @@ int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, ch
     return rt_spawn_env(rt, ns, root, uid, argv, NULL, deadline_us, session_fd, proc, err);
 }
 
-/* One-shot runs: the launcher is sandloom-init itself, watched by pidfd. */
-static void oneshot_kill(struct rt_watch *w)
+/* One-shot: the launcher is sandloom-init itself, built for this one
+ * command; the supervisor watches its pidfd. */
+static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
+                             const struct sl_rt_exec_request *req, struct sl_rt_exec *x,
+                             struct sl_error *err)
 {
-    kill_execution(w->ctx);
-}
-
-static void oneshot_done(struct rt_watch *w)
-{
-    /* Nothing of an execution outlives its launcher: at basic this ends
-     * background jobs left in its process group. */
-    const struct sl_spawn_proc *proc = w->ctx;
-    (void)kill(-proc->pid, SIGKILL);
-}
-
-static int rt_run(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_request *req,
-                  struct sl_rt_exec_result *res, struct sl_error *err)
-{
-    if (rt_request_start(req, res, err) < 0)
-        return -1;
-
     size_t argc = 0;
     while (req->argv[argc])
         argc++;
     _cleanup_free_ char **init_argv = calloc(argc + 5, sizeof(*init_argv));
-    _cleanup_free_ char *chunk = malloc(READ_CHUNK);
-    if (!init_argv || !chunk)
+    if (!init_argv)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     init_argv[0] = (char *)"sandloom-init";
     init_argv[1] = (char *)"--cwd";
     init_argv[2] = (char *)req->cwd;
     init_argv[3] = (char *)"--";
     memcpy(init_argv + 4, req->argv, argc * sizeof(*init_argv));
-    static char *const no_env[] = {NULL};
-
-    int64_t start_us = sl_mono_us();
-    int64_t timeout_ms = req->timeout_ms < INT64_MAX / 4000 ? req->timeout_ms : INT64_MAX / 4000;
-    int64_t deadline_us = start_us + timeout_ms * 1000;
-    int64_t oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
-    struct sl_spawn_proc proc;
+    x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
-    (void)no_env;
-    if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, deadline_us, -1,
-                     &proc, &spawn_err) < 0) {
+    if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, x->deadline_us,
+                     -1, &x->proc, &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */
-            res->timed_out = true;
-            res->exit_code = -SIGKILL;
-            res->duration_ms = (sl_mono_us() - start_us) / 1000;
-            return 0;
+            x->res.timed_out = true;
+            x->res.exit_code = -SIGKILL;
+            x->res.duration_ms = (sl_mono_us() - x->start_us) / 1000;
+            return 0; /* x->launched stays false: the result is final */
         }
         if (err)
             *err = spawn_err;
         return -1;
     }
-    atomic_fetch_add(&rt->running, 1);
-    struct rt_watch watch = {.out_fd = &proc.out_fd, .err_fd = &proc.err_fd,
-                             .done_fd = proc.pidfd, .kill = oneshot_kill, .done = oneshot_done,
-                             .ctx = &proc};
-    rt_supervise(&watch, req, deadline_us, res, chunk);
-    siginfo_t si;
-    int rc = sl_spawn_reap(&proc, &si);
-    atomic_fetch_sub(&rt->running, 1);
-    res->duration_ms = (sl_mono_us() - start_us) / 1000;
-    if (rc < 0) {
-        sl_rt_exec_result_free(res);
-        return sl_error_errno(err, SL_E_RUNTIME, "lost the sandbox process");
-    }
-    res->exit_code = si.si_code == CLD_EXITED ? si.si_status : -si.si_status;
-    int64_t oom_after = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
-    res->oom_killed = oom_before >= 0 && oom_after > oom_before;
+    x->out_fd = x->proc.out_fd;
+    x->err_fd = x->proc.err_fd;
+    x->proc.out_fd = x->proc.err_fd = -1;
+    x->launched = true;
     return 0;
+}
+
+static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
+                            const struct sl_rt_exec_request *req, sl_rt_exec_done_fn done,
+                            void *ctx, struct sl_rt_exec **out, struct sl_error *err)
+{
+    if (out)
+        *out = NULL;
+    if (rt_request_check(req, err) < 0)
+        return -1;
+    struct sl_rt_exec *x = rt_exec_new(rt, req, done, ctx);
+    if (!x)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = session ? rt_session_launch(rt, req, x, err) : rt_oneshot_launch(rt, ns, req, x, err);
+    if (rc < 0 || rt_exec_submit(x, err) < 0) {
+        sl_rt_exec_put(x);
+        return -1;
+    }
+    if (out)
+        *out = x;
+    else
+        sl_rt_exec_put(x);
+    return 0;
+}
+
+int sl_rt_exec_start(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                     sl_rt_exec_done_fn done, void *ctx, struct sl_rt_exec **out,
+                     struct sl_error *err)
+{
+    return rt_exec_start_ns(rt, rt->ns, rt->warm_sessions, req, done, ctx, out, err);
+}
+
+/* Waiting for one execution: the completion moves the result here. */
+struct sync_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    struct sl_rt_exec_result *res;
+};
+
+static void sync_done(struct sl_rt_exec_result *res, void *ctx)
+{
+    struct sync_wait *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    *w->res = *res;
+    memset(res, 0, sizeof(*res)); /* the buffers are the waiter's now */
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static int rt_run(struct sl_runtime *rt, unsigned ns, bool session,
+                  const struct sl_rt_exec_request *req, struct sl_rt_exec_result *res,
+                  struct sl_error *err)
+{
+    memset(res, 0, sizeof(*res));
+    struct sync_wait w = {.res = res};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.cond, NULL);
+    int rc = rt_exec_start_ns(rt, ns, session, req, sync_done, &w, NULL, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+    }
+    pthread_cond_destroy(&w.cond);
+    pthread_mutex_destroy(&w.lock);
+    return rc;
 }
 
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err)
 {
-    if (rt->warm_sessions)
-        return rt_session_exec(rt, req, res, err);
-    return rt_run(rt, rt->ns, req, res, err);
+    return rt_run(rt, rt->ns, rt->warm_sessions, req, res, err);
 }
 
 int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err)
@@ -291,6 +228,7 @@ void sl_rt_close(struct sl_runtime *rt)
     if (!rt)
         return;
     rt_sessions_stop_all(rt);
+    rt_supervisor_stop(rt);
     sl_spawn_layout_free(&rt->layout);
     sl_cgroups_close(rt->cgroups);
     pthread_mutex_destroy(&rt->sessions_lock);
@@ -405,7 +343,7 @@ static bool probe_ns(struct sl_runtime *rt, unsigned ns, const char *root, uid_t
     struct sl_rt_exec_result res;
     struct sl_error e;
     sl_error_clear(&e);
-    if (rt_run(rt, ns, &req, &res, &e) < 0) {
+    if (rt_run(rt, ns, false, &req, &res, &e) < 0) {
         snprintf(detail, size, "SandboxRuntimeError: %s", e.message);
         return false;
     }
@@ -502,7 +440,15 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     pthread_mutex_init(&rt->sessions_lock, NULL);
     rt->net_ns = opt->network_isolated;
     rt->warm_sessions = opt->warm_sessions;
+    if (rt_supervisor_start(rt, err) < 0) {
+        rt_supervisor_stop(rt);
+        pthread_mutex_destroy(&rt->sessions_lock);
+        free(rt);
+        return -1;
+    }
     if (sl_spawn_layout_init(opt, &rt->layout, err) < 0) {
+        rt_supervisor_stop(rt);
+        pthread_mutex_destroy(&rt->sessions_lock);
         free(rt);
         return -1;
     }

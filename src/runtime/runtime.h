@@ -75,8 +75,9 @@ struct sl_rt_exec_request {
 };
 
 struct sl_rt_exec_result {
-    int exit_code;         /* normal exit code; 128+N when the command died of signal N;
-                              -N when the sandbox launcher itself was killed (timeout) */
+    int exit_code;         /* normal exit code; 128+N when the command died of a signal N
+                              nobody here sent; -N when our termination (deadline, cancel,
+                              kill) ended it with signal N */
     bool timed_out;
     bool oom_killed;       /* the sandbox's memory quota killed a process during the run */
     bool truncated;
@@ -89,8 +90,35 @@ struct sl_runtime;
 
 int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct sl_error *err);
 const struct sl_rt_profile *sl_rt_profile(const struct sl_runtime *rt);
-/* Run one command. Returns 0 when the command ran (whatever its exit code),
- * -1 when the sandbox could not be started (err says why). */
+
+/* An execution in flight. Executions are supervised by one runtime thread
+ * (an epoll loop over their pipes, end notifications and deadlines), so a
+ * caller does not wait on a thread of its own per command. */
+struct sl_rt_exec;
+/* Called exactly once, on the supervision thread, when the execution is
+ * over (exit, deadline, cancel, kill or shutdown). It may move the output
+ * buffers out of *res (and zero them); whatever it leaves is freed with the
+ * execution. It must not block: hand slow work (a database write) to
+ * another thread. */
+typedef void (*sl_rt_exec_done_fn)(struct sl_rt_exec_result *res, void *ctx);
+
+/* Start one command. 0: it runs, `done` will be called, and *out (when not
+ * NULL) is a handle for sl_rt_exec_cancel that the caller releases with
+ * sl_rt_exec_put. -1: the sandbox could not be started (err says why);
+ * `done` is never called. A deadline that passes while the sandbox is being
+ * built is a started execution that ends TIMED_OUT. */
+int sl_rt_exec_start(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                     sl_rt_exec_done_fn done, void *ctx, struct sl_rt_exec **out,
+                     struct sl_error *err);
+/* Begin the termination sequence of API.md §4.6 (SIGTERM to the command's
+ * process group, grace, SIGKILL, grace). Returns whether the execution was
+ * still running. Thread-safe; the end arrives through `done`. */
+bool sl_rt_exec_cancel(struct sl_rt_exec *x);
+void sl_rt_exec_put(struct sl_rt_exec *x);
+
+/* Run one command and wait for it (startup probe, toolchain checks). 0 when
+ * the command ran (whatever its exit code), -1 when the sandbox could not
+ * be started. */
 int sl_rt_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                struct sl_rt_exec_result *res, struct sl_error *err);
 /* Kill every process of a sandbox (its host uid is unique to it) and remove

@@ -235,39 +235,6 @@ static int session_send(struct rt_session *s, const struct sl_rt_exec_request *r
     return rc;
 }
 
-struct session_run {
-    int status_fd;
-    int status; /* raw wait status; valid when got_status */
-    bool got_status;
-    bool killed;
-};
-
-static void session_run_kill(struct rt_watch *w)
-{
-    /* Closing our end tells init to kill the command's process group. */
-    struct session_run *r = w->ctx;
-    r->killed = true;
-    if (r->status_fd >= 0) {
-        close(r->status_fd);
-        r->status_fd = -1;
-    }
-    w->done_fd = -1;
-}
-
-static void session_run_done(struct rt_watch *w)
-{
-    struct session_run *r = w->ctx;
-    int32_t st;
-    ssize_t n = recv(r->status_fd, &st, sizeof(st), MSG_WAITALL);
-    if (n == (ssize_t)sizeof(st)) {
-        r->status = st;
-        r->got_status = true;
-    }
-    close(r->status_fd);
-    r->status_fd = -1;
-    w->done_fd = -1;
-}
-
 /* Pipes and the status socket of one execution. Parent ends in mine[],
  * the ends handed to init in theirs[] (stdin, stdout, stderr, status). */
 static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
@@ -305,19 +272,9 @@ static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
     return 0;
 }
 
-int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
-                    struct sl_rt_exec_result *res, struct sl_error *err)
+int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
+                      struct sl_rt_exec *x, struct sl_error *err)
 {
-    if (rt_request_start(req, res, err) < 0)
-        return -1;
-    _cleanup_free_ char *chunk = malloc(READ_CHUNK);
-    if (!chunk)
-        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-
-    int64_t start_us = sl_mono_us();
-    int64_t timeout_ms = req->timeout_ms < INT64_MAX / 4000 ? req->timeout_ms : INT64_MAX / 4000;
-    int64_t deadline_us = start_us + timeout_ms * 1000;
-
     /* A session found dead on send (init killed, e.g. by the memory quota)
      * is replaced once. */
     for (int attempt = 0; attempt < 2; attempt++) {
@@ -325,7 +282,7 @@ int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
         if (!s)
             return -1;
         /* After session_get: a first execution has just made the cgroup. */
-        int64_t oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
+        x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
         int mine[3], theirs[SL_SESSION_NFDS];
         if (exec_fds(mine, theirs) < 0) {
             session_release_exec(rt, s, false);
@@ -343,34 +300,19 @@ int rt_session_exec(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                 return sl_error_set(err, SL_E_RUNTIME, E2BIG, "the command is too large");
             continue;
         }
-        atomic_fetch_add(&rt->running, 1);
-        struct session_run run = {.status_fd = mine[2]};
-        struct rt_watch watch = {.out_fd = &mine[0], .err_fd = &mine[1], .done_fd = mine[2],
-                                 .kill = session_run_kill, .done = session_run_done,
-                                 .ctx = &run};
-        rt_supervise(&watch, req, deadline_us, res, chunk);
-        atomic_fetch_sub(&rt->running, 1);
-        if (mine[0] >= 0)
-            close(mine[0]);
-        if (mine[1] >= 0)
-            close(mine[1]);
-        if (run.status_fd >= 0)
-            close(run.status_fd);
-        /* No status without a kill: init itself died under the command. */
-        bool init_died = !run.got_status && !run.killed;
-        session_release_exec(rt, s, init_died);
-        res->duration_ms = (sl_mono_us() - start_us) / 1000;
-        int64_t oom_after = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
-        res->oom_killed = oom_before >= 0 && oom_after > oom_before;
-        if (run.killed || init_died)
-            res->exit_code = -SIGKILL;
-        else if (WIFEXITED(run.status))
-            res->exit_code = WEXITSTATUS(run.status);
-        else
-            res->exit_code = 128 + WTERMSIG(run.status);
+        x->session = s; /* its refs/active are released by rt_session_exec_done */
+        x->out_fd = mine[0];
+        x->err_fd = mine[1];
+        x->status_fd = mine[2];
+        x->launched = true;
         return 0;
     }
     return sl_error_set(err, SL_E_RUNTIME, EPIPE, "sandbox session failed twice");
+}
+
+void rt_session_exec_done(struct sl_runtime *rt, struct rt_session *s, bool broken)
+{
+    session_release_exec(rt, s, broken);
 }
 
 /* Mark dead and take out of the table every session matching `pick`;

@@ -11,8 +11,11 @@
  * its pid) with those descriptors as 0, 1, 2, and when it ends writes the
  * raw wait status (int32) to the status socket and closes it. If the runtime
  * closes its end of the status socket first (deadline, cancel), init kills
- * the command's process group. If the control socket closes, the daemon is
- * gone: init kills everything and exits. */
+ * the command's process group. Before that the runtime may write one byte
+ * to the status socket: SL_SESSION_TERM asks init to send SIGTERM to the
+ * command's process group, SL_SESSION_KILL SIGKILL (the status still
+ * follows). If the control socket closes, the daemon is gone: init kills
+ * everything and exits. */
 #ifndef SL_RUNTIME_SESSION_PROTO_H
 #define SL_RUNTIME_SESSION_PROTO_H
 
@@ -20,6 +23,8 @@
 
 #define SL_SESSION_MAGIC 0x534c5331u /* "SLS1" */
 #define SL_SESSION_NFDS 4
+#define SL_SESSION_TERM 'T'
+#define SL_SESSION_KILL 'K'
 /* argv and env of the API fit far below this (16 MiB + 8 MiB). */
 #define SL_SESSION_MAX_PAYLOAD (32u * 1024 * 1024)
 #define SL_SESSION_MAX_ITEMS 4096u

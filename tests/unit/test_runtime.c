@@ -298,13 +298,17 @@ static void assert_no_sandbox_process_left(void)
     assert_int_equal(count_sandbox_processes(SANDBOX_UID), 0);
 }
 
-static void check_timeout(struct sl_runtime *rt, char *const *argv)
+/* At the deadline the command's group gets SIGTERM; one that ignores it
+ * gets SIGKILL after the grace (500 ms here). The exit code names the
+ * signal that ended it, negative: our termination, not the command's. */
+static void check_timeout(struct sl_runtime *rt, char *const *argv, int expect_code,
+                          int64_t min_ms)
 {
     struct sl_rt_exec_result res;
     run_full(rt, sandbox_root, SANDBOX_UID, argv, "/workspace", 300, 1 << 20, &res);
     assert_true(res.timed_out);
-    assert_int_equal(res.exit_code, -9);
-    assert_true(res.duration_ms >= 300);
+    assert_int_equal(res.exit_code, expect_code);
+    assert_true(res.duration_ms >= min_ms);
     assert_true(res.duration_ms < 3000);
     sl_rt_exec_result_free(&res);
     assert_no_sandbox_process_left();
@@ -314,11 +318,16 @@ static void test_timeout(void **state)
 {
     (void)state;
     char *sleep_argv[] = {(char *)"sleep", (char *)"10", NULL};
-    check_timeout(rt_auto, sleep_argv);
-    /* At basic there is no PID namespace: the group kill must end the
+    check_timeout(rt_auto, sleep_argv, -SIGTERM, 300);
+    /* At basic there is no PID namespace: the group signal must end the
      * grandchild holding the pipe too. */
     char *sh_argv[] = {(char *)"sh", (char *)"-c", (char *)"sleep 10; echo never", NULL};
-    check_timeout(rt_basic, sh_argv);
+    check_timeout(rt_basic, sh_argv, -SIGTERM, 300);
+    /* Ignoring SIGTERM buys the grace period, not more. */
+    char *stubborn_argv[] = {(char *)"sh", (char *)"-c",
+                             (char *)"trap '' TERM; sleep 10 & wait; sleep 10", NULL};
+    check_timeout(rt_auto, stubborn_argv, -SIGKILL, 800);
+    check_timeout(rt_basic, stubborn_argv, -SIGKILL, 800);
     /* A deadline that passes while the sandbox is still being built. */
     struct sl_rt_exec_result res;
     run_full(rt_auto, sandbox_root, SANDBOX_UID, sleep_argv, "/workspace", 1, 1024, &res);
