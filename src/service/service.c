@@ -239,7 +239,14 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->runtime = deps->runtime;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->loop_lock, NULL);
-    pthread_cond_init(&svc->loop_cond, NULL);
+    /* The loop computes its deadlines on CLOCK_MONOTONIC; the condition
+     * variable must wait on the same clock (the default, CLOCK_REALTIME,
+     * would see every monotonic deadline as long past and spin). */
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&svc->loop_cond, &cattr);
+    pthread_condattr_destroy(&cattr);
 
     int idlen = snprintf(svc->worker_id, sizeof(svc->worker_id), "%s-%d", cfg->advertise_host,
                          cfg->port);
