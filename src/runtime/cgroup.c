@@ -12,24 +12,30 @@
 
 #include "common/cleanup.h"
 
-#define CG_MOUNT "/sys/fs/cgroup"
 #define SANDBOXES_DIR "sandloom-sandboxes"
+#define DAEMON_LEAF "sandloom-daemon"
+/* The longest tail ever put after a sandbox parent directory. Open refuses a
+ * parent with which it would not fit PATH_MAX, so no later path is cut. */
+#define LONGEST_TAIL "/sb-4294967295/memory.memsw.limit_in_bytes"
 #define CPU_PERIOD_US 100000
 
 enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_COUNT };
 static const char *const CTL_NAMES[CTL_COUNT] = {"memory", "pids", "cpu"};
+#define CTL_BIT(c) (1u << (c))
 
 struct sl_cgroups {
     enum sl_cgroup_version version;
     struct sl_cgroup_limits limits;
     bool enforced[CTL_COUNT];
+    char root[PATH_MAX];
     /* v2: parent[0] is the one parent directory. v1: one per controller. */
     char parent[CTL_COUNT][PATH_MAX];
     char why[256];
 };
 
-/* snprintf for paths and values: truncation is reported, not silent (a
- * truncated cgroup path must never name another cgroup). */
+/* snprintf for paths and values: truncation is reported (errno
+ * ENAMETOOLONG), not silent (a truncated cgroup path must never name another
+ * cgroup). */
 static int cg_fmt(char *out, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int cg_fmt(char *out, size_t size, const char *fmt, ...)
 {
@@ -39,9 +45,44 @@ static int cg_fmt(char *out, size_t size, const char *fmt, ...)
     va_end(ap);
     if (n < 0 || (size_t)n >= size) {
         out[0] = '\0'; /* an empty path opens nothing */
+        errno = ENAMETOOLONG;
         return -1;
     }
     return 0;
+}
+
+static int dir_file(char out[PATH_MAX], const char *dir, const char *name)
+{
+    return cg_fmt(out, PATH_MAX, "%s/%s", dir, name);
+}
+
+/* A note for `why`, appended after "; ". Cut short if it does not fit: it is
+ * only read by people. */
+static void why_add(struct sl_cgroups *cg, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void why_add(struct sl_cgroups *cg, const char *fmt, ...)
+{
+    size_t len = strlen(cg->why);
+    if (len > 0 && len + 2 < sizeof(cg->why)) {
+        memcpy(cg->why + len, "; ", 3);
+        len += 2;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cg->why + len, sizeof(cg->why) - len, fmt, ap);
+    va_end(ap);
+}
+
+/* "memory, cpu" for a set of controllers. */
+static const char *ctl_list(unsigned mask, char out[32])
+{
+    out[0] = '\0';
+    for (int c = 0; c < CTL_COUNT; c++)
+        if (mask & CTL_BIT(c)) {
+            size_t len = strlen(out);
+            snprintf(out + len, 32 - len, "%s%s", len ? ", " : "", CTL_NAMES[c]);
+        }
+    return out;
 }
 
 static int write_file(const char *path, const char *value)
@@ -65,87 +106,188 @@ static int read_file(const char *path, char *buf, size_t size)
     return 0;
 }
 
-/* The daemon's own cgroup path in hierarchy `ctl` ("" for v2's "0::"). */
+/* Whether a space-separated list (cgroup.controllers) holds `name` as a
+ * whole word: "cpuset" is not "cpu". */
+static bool has_word(const char *list, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = list; *p;) {
+        p += strspn(p, " \t\n");
+        size_t n = strcspn(p, " \t\n");
+        if (n == len && strncmp(p, name, n) == 0)
+            return true;
+        p += n;
+    }
+    return false;
+}
+
+/* The daemon's own cgroup path in hierarchy `ctl` ("" for v2's "0::"), ""
+ * for the root. Fails rather than cut a path short: "" would be the root. */
 static int own_cgroup(const char *ctl, char *out, size_t size)
 {
     _cleanup_fclose_ FILE *f = fopen("/proc/self/cgroup", "re");
     if (!f)
         return -1;
-    char line[PATH_MAX + 64];
-    while (fgets(line, sizeof(line), f)) {
+    _cleanup_free_ char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
         line[strcspn(line, "\n")] = '\0';
         char *c1 = strchr(line, ':');
         char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
         if (!c2)
             continue;
-        *c2 = '\0';
+        *c1 = *c2 = '\0'; /* line is the hierarchy id, c1 + 1 its controllers */
         const char *ctls = c1 + 1, *path = c2 + 1;
         bool match = false;
         if (!ctl[0]) {
             match = strcmp(line, "0") == 0 && !ctls[0];
         } else {
             char list[256];
-            cg_fmt(list, sizeof(list), "%s", ctls);
+            if (cg_fmt(list, sizeof(list), "%s", ctls) < 0)
+                continue;
             for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
                  t = strtok_r(NULL, ",", &save))
                 if (strcmp(t, ctl) == 0)
                     match = true;
         }
-        if (match) {
-            cg_fmt(out, size, "%s", strcmp(path, "/") == 0 ? "" : path);
-            return 0;
-        }
+        if (match)
+            return cg_fmt(out, size, "%s", strcmp(path, "/") == 0 ? "" : path);
     }
     return -1;
 }
 
 static int mkdir_ok(const char *path) { return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1; }
 
-/* v2: the daemon's cgroup may hold processes (the daemon itself), and a
- * cgroup with processes cannot hand controllers to children ("no internal
- * processes"). So the daemon moves into a leaf of its own, and sandboxes get
- * a sibling subtree with memory, pids and cpu enabled. */
-static bool open_v2(struct sl_cgroups *cg)
+/* Every path the module builds below `parent` fits PATH_MAX. */
+static bool tail_fits(const char *parent)
 {
-    char own[PATH_MAX], base[PATH_MAX], path[PATH_MAX + 64], controllers[512];
-    if (read_file(CG_MOUNT "/cgroup.controllers", controllers, sizeof(controllers)) < 0)
+    return strlen(parent) + strlen(LONGEST_TAIL) < PATH_MAX;
+}
+
+/* v2 as far as it can be seen without changing anything: the daemon's
+ * cgroup (`base`) and which of memory, pids and cpu it may hand down
+ * (`avail`). false when v2 is not usable at the root; `why` then says why,
+ * unless the root is simply not a cgroup2 mount. */
+static bool probe_v2(struct sl_cgroups *cg, char base[PATH_MAX], unsigned *avail)
+{
+    char own[PATH_MAX], path[PATH_MAX], controllers[512];
+    if (dir_file(path, cg->root, "cgroup.controllers") < 0 ||
+        read_file(path, controllers, sizeof(controllers)) < 0)
         return false;
     if (own_cgroup("", own, sizeof(own)) < 0) {
-        cg_fmt(cg->why, sizeof(cg->why), "cgroup v2: own cgroup unknown");
+        why_add(cg, "cgroup v2: own cgroup unknown");
         return false;
     }
-    cg_fmt(base, sizeof(base), CG_MOUNT "%s", own);
-    cg_fmt(path, sizeof(path), "%s/cgroup.controllers", base);
-    if (read_file(path, controllers, sizeof(controllers)) < 0 || !strstr(controllers, "memory") ||
-        !strstr(controllers, "pids") || !strstr(controllers, "cpu")) {
-        cg_fmt(cg->why, sizeof(cg->why),
-                 "cgroup v2: memory, pids and cpu are not all delegated to this service");
+    /* Already in our leaf (an earlier open by this process): its parent is
+     * the base, else every open would nest one level deeper. */
+    size_t len = strlen(own), leaf = strlen("/" DAEMON_LEAF);
+    if (len >= leaf && strcmp(own + len - leaf, "/" DAEMON_LEAF) == 0)
+        own[len - leaf] = '\0';
+    if (cg_fmt(base, PATH_MAX, "%s%s", cg->root, own) < 0 ||
+        strlen(base) + strlen("/" SANDBOXES_DIR) + strlen(LONGEST_TAIL) >= PATH_MAX) {
+        why_add(cg, "cgroup v2: the path of this service's cgroup is too long");
         return false;
     }
-    cg_fmt(path, sizeof(path), "%s/sandloom-daemon", base);
-    char self_procs[PATH_MAX + 64];
-    cg_fmt(self_procs, sizeof(self_procs), "%s/cgroup.procs", path);
-    char pid[32];
-    cg_fmt(pid, sizeof(pid), "%d", getpid());
-    cg_fmt(path, sizeof(path), "%s/sandloom-daemon", base);
-    if (own[0] && (mkdir_ok(path) < 0 || write_file(self_procs, pid) < 0)) {
-        cg_fmt(cg->why, sizeof(cg->why), "cgroup v2: cannot move the daemon into a leaf");
+    if (dir_file(path, base, "cgroup.controllers") < 0 ||
+        read_file(path, controllers, sizeof(controllers)) < 0) {
+        why_add(cg, "cgroup v2: cannot read this service's cgroup (%s)", strerror(errno));
         return false;
     }
-    cg_fmt(path, sizeof(path), "%s/cgroup.subtree_control", base);
-    if (write_file(path, "+memory +pids +cpu") < 0) {
-        cg_fmt(cg->why, sizeof(cg->why), "cgroup v2: cannot enable memory, pids and cpu");
+    if (access(base, W_OK) < 0) {
+        why_add(cg, "cgroup v2: this service's cgroup is not writable (%s)", strerror(errno));
         return false;
     }
-    cg_fmt(cg->parent[0], sizeof(cg->parent[0]), "%s/" SANDBOXES_DIR, base);
-    cg_fmt(path, sizeof(path), "%s/cgroup.subtree_control", cg->parent[0]);
-    if (mkdir_ok(cg->parent[0]) < 0 || write_file(path, "+memory +pids +cpu") < 0) {
-        cg_fmt(cg->why, sizeof(cg->why), "cgroup v2: cannot prepare the sandbox subtree");
-        return false;
+    *avail = 0;
+    for (int c = 0; c < CTL_COUNT; c++)
+        if (has_word(controllers, CTL_NAMES[c]))
+            *avail |= CTL_BIT(c);
+    return true;
+}
+
+/* A non-root cgroup that holds processes cannot hand controllers to
+ * children ("no internal processes"), so the daemon first moves into a leaf
+ * of its own. Only the real root is exempt, and it is the one cgroup without
+ * cgroup.type: "/" inside a cgroup namespace (a container) is not it. */
+static int move_to_leaf(const char *base)
+{
+    char path[PATH_MAX], pid[32];
+    if (dir_file(path, base, "cgroup.type") < 0)
+        return -1;
+    if (access(path, F_OK) < 0)
+        return errno == ENOENT ? 0 : -1;
+    if (dir_file(path, base, DAEMON_LEAF) < 0 || mkdir_ok(path) < 0 ||
+        dir_file(path, base, DAEMON_LEAF "/cgroup.procs") < 0)
+        return -1;
+    cg_fmt(pid, sizeof(pid), "%d", (int)getpid());
+    return write_file(path, pid);
+}
+
+/* Hand the controllers in `mask` to dir's children; returns those that are
+ * on. One write first (the kernel applies it all or nothing), then one at a
+ * time, so a controller the kernel refuses (cpu while a realtime thread sits
+ * in a non-root cgroup, say) costs only its own quota. */
+static unsigned enable_controllers(const char *dir, unsigned mask, int *why_errno)
+{
+    char path[PATH_MAX], all[64] = "";
+    if (!mask)
+        return 0;
+    if (dir_file(path, dir, "cgroup.subtree_control") < 0) {
+        *why_errno = errno;
+        return 0;
     }
     for (int c = 0; c < CTL_COUNT; c++)
-        cg->enforced[c] = true;
-    cg->version = SL_CGROUP_V2;
+        if (mask & CTL_BIT(c)) {
+            size_t len = strlen(all);
+            snprintf(all + len, sizeof(all) - len, "%s+%s", len ? " " : "", CTL_NAMES[c]);
+        }
+    if (write_file(path, all) == 0)
+        return mask;
+    unsigned on = 0;
+    for (int c = 0; c < CTL_COUNT; c++) {
+        if (!(mask & CTL_BIT(c)))
+            continue;
+        char one[16];
+        snprintf(one, sizeof(one), "+%s", CTL_NAMES[c]);
+        if (write_file(path, one) == 0)
+            on |= CTL_BIT(c);
+        else if (!*why_errno)
+            *why_errno = errno;
+    }
+    return on;
+}
+
+/* v2: the sandboxes' subtree beside the daemon, with those of the wanted
+ * controllers that the service's cgroup has and the kernel agrees to hand
+ * down; the rest are named in `why`. false only when the subtree itself
+ * cannot be made. */
+static bool setup_v2(struct sl_cgroups *cg, const char *base, unsigned want, unsigned avail)
+{
+    char names[32];
+    unsigned tried = want & avail, on = 0;
+    int why_errno = 0;
+    bool moved = true;
+    if (tried) {
+        if (move_to_leaf(base) < 0) {
+            why_errno = errno;
+            moved = false;
+        } else {
+            on = enable_controllers(base, tried, &why_errno);
+        }
+    }
+    cg_fmt(cg->parent[0], sizeof(cg->parent[0]), "%s/" SANDBOXES_DIR, base); /* fits: probe_v2 */
+    if (mkdir_ok(cg->parent[0]) < 0) {
+        why_add(cg, "cgroup v2: cannot create the sandbox subtree (%s)", strerror(errno));
+        return false;
+    }
+    on = enable_controllers(cg->parent[0], on, &why_errno);
+    if (want & ~avail)
+        why_add(cg, "cgroup v2: no %s controller in this service's cgroup",
+                ctl_list(want & ~avail, names));
+    if (tried & ~on)
+        why_add(cg, "cgroup v2: cannot enable %s: %s%s", ctl_list(tried & ~on, names),
+                moved ? "" : "cannot move the daemon into a leaf cgroup: ", strerror(why_errno));
+    for (int c = 0; c < CTL_COUNT; c++)
+        cg->enforced[c] = (on & CTL_BIT(c)) != 0;
     return true;
 }
 
@@ -157,14 +299,15 @@ static bool open_v1(struct sl_cgroups *cg)
     for (int c = 0; c < CTL_COUNT; c++) {
         const char *mounts[] = {CTL_NAMES[c], c == CTL_CPU ? "cpu,cpuacct" : NULL};
         for (size_t m = 0; m < 2 && mounts[m] && !cg->enforced[c]; m++) {
-            char own[PATH_MAX], probe[PATH_MAX + 64];
-            cg_fmt(probe, sizeof(probe), CG_MOUNT "/%s/cgroup.procs", mounts[m]);
-            if (access(probe, W_OK) < 0 || own_cgroup(CTL_NAMES[c], own, sizeof(own)) < 0)
+            char own[PATH_MAX], probe[PATH_MAX], parent[PATH_MAX];
+            if (cg_fmt(probe, sizeof(probe), "%s/%s/cgroup.procs", cg->root, mounts[m]) < 0 ||
+                access(probe, W_OK) < 0 || own_cgroup(CTL_NAMES[c], own, sizeof(own)) < 0)
                 continue;
-            cg_fmt(cg->parent[c], sizeof(cg->parent[c]), CG_MOUNT "/%s%s/" SANDBOXES_DIR,
-                     mounts[m], own);
-            if (mkdir_ok(cg->parent[c]) < 0)
+            int rc =
+                cg_fmt(parent, sizeof(parent), "%s/%s%s/" SANDBOXES_DIR, cg->root, mounts[m], own);
+            if (rc < 0 || !tail_fits(parent) || mkdir_ok(parent) < 0)
                 continue;
+            memcpy(cg->parent[c], parent, sizeof(parent));
             cg->enforced[c] = true;
             any = true;
         }
@@ -176,20 +319,66 @@ static bool open_v1(struct sl_cgroups *cg)
     return any;
 }
 
-int sl_cgroups_open(const struct sl_cgroup_limits *limits, struct sl_cgroups **out,
-                    struct sl_error *err)
+int sl_cgroups_open_at(const char *root, const struct sl_cgroup_limits *limits,
+                       struct sl_cgroups **out, struct sl_error *err)
 {
+    if (!root || root[0] != '/')
+        return sl_error_set(err, SL_E_INTERNAL, EINVAL, "the cgroup root is not an absolute path");
+    size_t root_len = strlen(root);
+    while (root_len > 1 && root[root_len - 1] == '/')
+        root_len--;
+    if (root_len >= PATH_MAX)
+        return sl_error_set(err, SL_E_INTERNAL, ENAMETOOLONG, "the cgroup root path is too long");
     struct sl_cgroups *cg = calloc(1, sizeof(*cg));
     if (!cg)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    memcpy(cg->root, root, root_len);
     cg->limits = *limits;
-    if (!open_v2(cg)) {
-        char why_v2[256];
-        cg_fmt(why_v2, sizeof(why_v2), "%s", cg->why);
-        memset(cg->enforced, 0, sizeof(cg->enforced));
-        if (!open_v1(cg) && why_v2[0])
-            cg_fmt(cg->why, sizeof(cg->why), "%s; cgroup v1: no usable hierarchy", why_v2);
+    unsigned want = (limits->memory_bytes > 0 ? CTL_BIT(CTL_MEMORY) : 0) |
+                    (limits->pids > 0 ? CTL_BIT(CTL_PIDS) : 0) |
+                    (limits->cpus > 0 ? CTL_BIT(CTL_CPU) : 0);
+    unsigned avail = 0;
+    char base[PATH_MAX] = "";
+    bool v2 = probe_v2(cg, base, &avail), v2_ready = false;
+    if (v2 && (!want || (want & avail))) {
+        v2_ready = setup_v2(cg, base, want, avail);
+        bool any = false;
+        for (int c = 0; c < CTL_COUNT; c++)
+            any |= cg->enforced[c];
+        if (v2_ready && (any || !want)) {
+            cg->version = SL_CGROUP_V2;
+            goto done;
+        }
     }
+    /* v2 hands down none of the wanted controllers: v1 hierarchies (a hybrid
+     * host) may still have them. */
+    char why_v2[sizeof(cg->why)];
+    memcpy(why_v2, cg->why, sizeof(why_v2));
+    memset(cg->enforced, 0, sizeof(cg->enforced));
+    if (open_v1(cg)) {
+        char names[32];
+        unsigned found = 0;
+        for (int c = 0; c < CTL_COUNT; c++)
+            found |= cg->enforced[c] ? CTL_BIT(c) : 0;
+        cg->why[0] = '\0';
+        if (want & ~found)
+            why_add(cg, "cgroup v1: no writable %s hierarchy", ctl_list(want & ~found, names));
+        goto done;
+    }
+    /* Nothing enforceable, but a usable v2 still gives each sandbox a cgroup
+     * of its own, so that it can be killed as a whole. */
+    memcpy(cg->why, why_v2, sizeof(cg->why));
+    if (v2 && !(want & avail))
+        v2_ready = setup_v2(cg, base, want, avail);
+    if (v2_ready) {
+        cg->version = SL_CGROUP_V2;
+        goto done;
+    }
+    if (cg->why[0])
+        why_add(cg, "cgroup v1: no usable hierarchy");
+    else
+        cg_fmt(cg->why, sizeof(cg->why), "cgroup v1: no writable memory, pids or cpu hierarchy");
+done:
     /* A quota set to 0 is not enforced (the operator turned it off). */
     if (limits->memory_bytes <= 0)
         cg->enforced[CTL_MEMORY] = false;
@@ -201,6 +390,12 @@ int sl_cgroups_open(const struct sl_cgroup_limits *limits, struct sl_cgroups **o
     return 0;
 }
 
+int sl_cgroups_open(const struct sl_cgroup_limits *limits, struct sl_cgroups **out,
+                    struct sl_error *err)
+{
+    return sl_cgroups_open_at(SL_CGROUP_ROOT, limits, out, err);
+}
+
 void sl_cgroups_close(struct sl_cgroups *cg) { free(cg); }
 
 enum sl_cgroup_version sl_cgroups_version(const struct sl_cgroups *cg) { return cg->version; }
@@ -210,32 +405,37 @@ bool sl_cgroups_cpu(const struct sl_cgroups *cg) { return cg->enforced[CTL_CPU];
 const char *sl_cgroups_why(const struct sl_cgroups *cg) { return cg->why; }
 
 /* The sandbox's directory in hierarchy c (v2: always parent[0]). */
-static void sandbox_dir(const struct sl_cgroups *cg, int c, uid_t uid, char *out, size_t size)
+static int sandbox_dir(const struct sl_cgroups *cg, int c, uid_t uid, char out[PATH_MAX])
 {
-    cg_fmt(out, size, "%s/sb-%u", cg->parent[cg->version == SL_CGROUP_V2 ? 0 : c],
-             (unsigned)uid);
+    return cg_fmt(out, PATH_MAX, "%s/sb-%u", cg->parent[cg->version == SL_CGROUP_V2 ? 0 : c],
+                  (unsigned)uid);
+}
+
+/* The directories sandboxes get: v2 one (even with no quota on), v1 one per
+ * enforced controller. */
+static bool has_dir(const struct sl_cgroups *cg, int c)
+{
+    return cg->version == SL_CGROUP_V2 ? c == 0 : cg->enforced[c];
 }
 
 static int set_limit(const struct sl_cgroups *cg, int c, const char *dir, struct sl_error *err)
 {
-    char path[PATH_MAX + 64], value[64];
+    char path[PATH_MAX], value[64];
     const struct sl_cgroup_limits *l = &cg->limits;
     bool v2 = cg->version == SL_CGROUP_V2;
     switch (c) {
     case CTL_MEMORY:
         cg_fmt(value, sizeof(value), "%lld", (long long)l->memory_bytes);
-        cg_fmt(path, sizeof(path), "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
-        if (write_file(path, value) < 0)
+        if (dir_file(path, dir, v2 ? "memory.max" : "memory.limit_in_bytes") < 0 ||
+            write_file(path, value) < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox memory quota");
         /* No swap beyond the quota, so the limit means what it says. */
-        cg_fmt(path, sizeof(path), "%s/%s", dir,
-                 v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes");
-        write_file(path, v2 ? "0" : value); /* absent without swap accounting */
+        if (dir_file(path, dir, v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes") == 0)
+            write_file(path, v2 ? "0" : value); /* absent without swap accounting */
         return 0;
     case CTL_PIDS:
         cg_fmt(value, sizeof(value), "%lld", (long long)l->pids);
-        cg_fmt(path, sizeof(path), "%s/pids.max", dir);
-        if (write_file(path, value) < 0)
+        if (dir_file(path, dir, "pids.max") < 0 || write_file(path, value) < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox process quota");
         return 0;
     default: {
@@ -244,18 +444,15 @@ static int set_limit(const struct sl_cgroups *cg, int c, const char *dir, struct
             quota = 1000; /* the kernel's minimum */
         if (v2) {
             cg_fmt(value, sizeof(value), "%lld %d", quota, CPU_PERIOD_US);
-            cg_fmt(path, sizeof(path), "%s/cpu.max", dir);
-            if (write_file(path, value) < 0)
+            if (dir_file(path, dir, "cpu.max") < 0 || write_file(path, value) < 0)
                 return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox CPU quota");
             return 0;
         }
-        cg_fmt(path, sizeof(path), "%s/cpu.cfs_period_us", dir);
         cg_fmt(value, sizeof(value), "%d", CPU_PERIOD_US);
-        if (write_file(path, value) < 0)
+        if (dir_file(path, dir, "cpu.cfs_period_us") < 0 || write_file(path, value) < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox CPU period");
-        cg_fmt(path, sizeof(path), "%s/cpu.cfs_quota_us", dir);
         cg_fmt(value, sizeof(value), "%lld", quota);
-        if (write_file(path, value) < 0)
+        if (dir_file(path, dir, "cpu.cfs_quota_us") < 0 || write_file(path, value) < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox CPU quota");
         return 0;
     }
@@ -265,18 +462,22 @@ static int set_limit(const struct sl_cgroups *cg, int c, const char *dir, struct
 int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_FDS],
                         struct sl_error *err)
 {
+    bool v2 = cg->version == SL_CGROUP_V2;
     int n = 0;
     for (int c = 0; c < CTL_COUNT; c++) {
-        if (!cg->enforced[c])
+        if (!has_dir(cg, c))
             continue;
-        char dir[PATH_MAX + 32], procs[PATH_MAX + 64];
-        sandbox_dir(cg, c, uid, dir, sizeof(dir));
+        char dir[PATH_MAX], procs[PATH_MAX];
+        if (sandbox_dir(cg, c, uid, dir) < 0 || dir_file(procs, dir, "cgroup.procs") < 0) {
+            sl_error_errno(err, SL_E_RUNTIME, "cannot name the sandbox cgroup");
+            goto fail;
+        }
         /* Limits are written when the cgroup is made; later executions of
-         * the sandbox find it and only open cgroup.procs. */
+         * the sandbox find it and only open cgroup.procs. v2: one directory
+         * holds every controller. */
         if (mkdir(dir, 0755) == 0) {
             for (int k = 0; k < CTL_COUNT; k++)
-                if (cg->enforced[k] && (cg->version == SL_CGROUP_V1 ? k == c : true) &&
-                    set_limit(cg, k, dir, err) < 0) {
+                if (cg->enforced[k] && (v2 || k == c) && set_limit(cg, k, dir, err) < 0) {
                     rmdir(dir);
                     goto fail;
                 }
@@ -284,9 +485,6 @@ int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_
             sl_error_errno(err, SL_E_RUNTIME, "cannot create the sandbox cgroup");
             goto fail;
         }
-        if (cg->version == SL_CGROUP_V2 && n == 1)
-            continue; /* one directory holds every controller */
-        cg_fmt(procs, sizeof(procs), "%s/cgroup.procs", dir);
         fds[n] = open(procs, O_WRONLY | O_CLOEXEC);
         if (fds[n] < 0) {
             sl_error_errno(err, SL_E_RUNTIME, "cannot open the sandbox cgroup");
@@ -305,11 +503,10 @@ int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid)
 {
     if (!cg->enforced[CTL_MEMORY])
         return -1;
-    char dir[PATH_MAX + 32], path[PATH_MAX + 64], buf[1024];
-    sandbox_dir(cg, CTL_MEMORY, uid, dir, sizeof(dir));
-    cg_fmt(path, sizeof(path), "%s/%s", dir,
-             cg->version == SL_CGROUP_V2 ? "memory.events" : "memory.oom_control");
-    if (read_file(path, buf, sizeof(buf)) < 0)
+    char dir[PATH_MAX], path[PATH_MAX], buf[1024];
+    const char *events = cg->version == SL_CGROUP_V2 ? "memory.events" : "memory.oom_control";
+    if (sandbox_dir(cg, CTL_MEMORY, uid, dir) < 0 || dir_file(path, dir, events) < 0 ||
+        read_file(path, buf, sizeof(buf)) < 0)
         return -1;
     const char *p = strstr(buf, "oom_kill ");
     return p ? strtoll(p + strlen("oom_kill "), NULL, 10) : -1;
@@ -318,15 +515,11 @@ int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid)
 void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid)
 {
     for (int c = 0; c < CTL_COUNT; c++) {
-        if (!cg->enforced[c])
+        char dir[PATH_MAX], kill_path[PATH_MAX];
+        if (!has_dir(cg, c) || sandbox_dir(cg, c, uid, dir) < 0)
             continue;
-        char dir[PATH_MAX + 32];
-        sandbox_dir(cg, c, uid, dir, sizeof(dir));
-        if (cg->version == SL_CGROUP_V2) {
-            char kill_path[PATH_MAX + 64];
-            cg_fmt(kill_path, sizeof(kill_path), "%s/cgroup.kill", dir);
+        if (cg->version == SL_CGROUP_V2 && dir_file(kill_path, dir, "cgroup.kill") == 0)
             write_file(kill_path, "1");
-        }
         /* Killed processes leave the cgroup once reaped: retry briefly. */
         for (int i = 0; i < 50 && rmdir(dir) < 0 && errno == EBUSY; i++)
             usleep(10000);

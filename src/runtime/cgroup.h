@@ -4,9 +4,12 @@
  * daemon's own cgroup, so all the sandboxes together also stay inside
  * whatever the service itself is given. cgroup v2 (the production norm) and
  * v1 (memory, pids and cpu hierarchies, as on hosts that still mount them)
- * sit behind this one interface. Created at sl_rt_open(); every function is
- * thread-safe (the kernel serialises the file writes; no state changes after
- * open). */
+ * sit behind this one interface: v2 enables whichever of the three the
+ * service's cgroup has and names the rest in `why`; v1 is used only when v2
+ * has none of them (hybrid hosts). On v2 the daemon moves into a
+ * "sandloom-daemon" leaf of its cgroup so that it can hand controllers down.
+ * Created at sl_rt_open(); every function is thread-safe (the kernel
+ * serialises the file writes; no state changes after open). */
 #ifndef SL_RUNTIME_CGROUP_H
 #define SL_RUNTIME_CGROUP_H
 
@@ -26,13 +29,23 @@ struct sl_cgroup_limits {
 
 #define SL_CGROUP_MAX_FDS 3
 
+#define SL_CGROUP_ROOT "/sys/fs/cgroup"
+
 struct sl_cgroups;
 
-/* Never fails for lack of cgroups: *out then reports version NONE and
- * enforces nothing, and `why` says what was missing (for /healthz and the
- * doctor). -1 only on allocation failure. */
+/* Never fails for lack of cgroups: *out then enforces what it can and `why`
+ * says what is missing (for /healthz and the doctor). With a usable v2 but
+ * no quota, the version is still V2 (each sandbox gets a cgroup of its own,
+ * killed as a whole); with neither v2 nor v1, it is NONE. -1 only on
+ * allocation failure. */
 int sl_cgroups_open(const struct sl_cgroup_limits *limits, struct sl_cgroups **out,
                     struct sl_error *err);
+/* The same with the cgroup filesystems mounted at `root` instead of
+ * SL_CGROUP_ROOT (a cgroup2 mount, or v1 hierarchies at root/memory ...):
+ * for tests. Also -1 when root is not an absolute path shorter than
+ * PATH_MAX. */
+int sl_cgroups_open_at(const char *root, const struct sl_cgroup_limits *limits,
+                       struct sl_cgroups **out, struct sl_error *err);
 void sl_cgroups_close(struct sl_cgroups *cg);
 
 enum sl_cgroup_version sl_cgroups_version(const struct sl_cgroups *cg);
@@ -45,7 +58,8 @@ const char *sl_cgroups_why(const struct sl_cgroups *cg);
 /* Create (or find) the sandbox's cgroup with the limits and open its
  * cgroup.procs files for writing: the spawn writes the new process's pid
  * into each before it lets the child go. Returns the number of descriptors
- * (0 when cgroups are off), -1 on error. Caller closes them. */
+ * (v2: 1; v1: one per enforced quota; NONE: 0), -1 on error. Caller closes
+ * them. */
 int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_FDS],
                         struct sl_error *err);
 
