@@ -2,34 +2,55 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include "api/errors.h"
 #include "api/router.h"
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "common/pool.h"
 #include "common/util.h"
 #include "config/config.h"
 
 struct sl_http {
     struct MHD_Daemon *daemon;
     struct sl_service *svc;
-    char *expected_auth; /* "Bearer <token>" */
+    struct sl_pool *handlers; /* runs route handlers off MHD's event threads */
+    char *expected_auth;      /* "Bearer <token>" */
     size_t expected_len;
 };
 
+/* Where a request is. RECEIVING: MHD's thread is collecting the body.
+ * DISPATCHED: the connection is suspended; a handler job (and then maybe a
+ * deferred completion, e.g. a running command) owns the answer. READY: the
+ * answer is in `resp` and the connection was resumed to send it. DONE: sent
+ * (or refused early). */
+enum conn_phase { PH_RECEIVING, PH_DISPATCHED, PH_READY, PH_DONE };
+
 /* Per-request state, from the first callback to completion. */
 struct conn_state {
+    struct sl_http *http;
+    struct MHD_Connection *conn;
     const struct sl_route_def *route;
     char *pathbuf; /* params point into it */
     const char *params[SL_ROUTE_MAX_PARAMS];
     size_t nparams;
+    char method[16];
     struct sl_buf body;
     bool too_large;
-    bool responded;
+    enum conn_phase phase;
+    struct sl_response resp; /* when READY */
+};
+
+/* The deferred answer handle of api/http.h is the connection state. */
+struct sl_deferred {
+    struct conn_state st;
 };
 
 static enum MHD_Result queue(struct MHD_Connection *conn, struct sl_response *resp)
@@ -63,20 +84,6 @@ static enum MHD_Result queue_error(struct MHD_Connection *conn, const char *code
     resp.len = resp.body ? strlen(resp.body) : 0;
     if (allow)
         snprintf(resp.allow, sizeof(resp.allow), "%s", allow);
-    return queue(conn, &resp);
-}
-
-static enum MHD_Result queue_invalid_body(struct MHD_Connection *conn)
-{
-    _cleanup_json_ json_t *errors =
-        json_pack("[{s:[s,s],s:s,s:s}]", "loc", "body", "request", "type", "invalid_request",
-                  "msg", "request field does not satisfy the sandbox contract");
-    struct sl_response resp = {
-        .status = 422,
-        .content_type = "application/json",
-        .body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", errors),
-    };
-    resp.len = resp.body ? strlen(resp.body) : 0;
     return queue(conn, &resp);
 }
 
@@ -132,6 +139,106 @@ static bool content_length_too_large(struct MHD_Connection *conn, size_t max)
     return end == cl || *end || n > max;
 }
 
+/* ---- handler jobs and deferred answers ------------------------------------ */
+
+static void conn_state_free(struct conn_state *st)
+{
+    sl_buf_free(&st->body);
+    free(st->resp.body);
+    free(st->pathbuf);
+    free(st);
+}
+
+/* Hand the finished answer to MHD's thread (it sends it after resume). */
+static void answer(struct conn_state *st, struct sl_response *resp)
+{
+    st->resp = *resp;
+    resp->body = NULL;
+    st->phase = PH_READY;
+    MHD_resume_connection(st->conn);
+}
+
+static void answer_error(struct conn_state *st, const char *code, const char *message)
+{
+    struct sl_response resp = {
+        .status = sl_api_status_for_code(code),
+        .content_type = "application/json",
+        .body = sl_api_error_body(code, message, NULL),
+    };
+    resp.len = resp.body ? strlen(resp.body) : 0;
+    answer(st, &resp);
+}
+
+static void answer_invalid_body(struct conn_state *st)
+{
+    _cleanup_json_ json_t *errors =
+        json_pack("[{s:[s,s],s:s,s:s}]", "loc", "body", "request", "type", "invalid_request",
+                  "msg", "request field does not satisfy the sandbox contract");
+    struct sl_response resp = {
+        .status = 422,
+        .content_type = "application/json",
+        .body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", errors),
+    };
+    resp.len = resp.body ? strlen(resp.body) : 0;
+    answer(st, &resp);
+}
+
+struct sl_deferred *sl_request_defer(struct sl_request *req)
+{
+    req->deferred = true;
+    return (struct sl_deferred *)req->http_state;
+}
+
+void sl_deferred_respond(struct sl_deferred *d, struct sl_response *resp)
+{
+    struct conn_state *st = (struct conn_state *)d;
+    if (!resp->body && resp->status == 500) {
+        answer_error(st, SL_E_INTERNAL, "internal error");
+        return;
+    }
+    answer(st, resp);
+}
+
+static void run_handler(void *arg)
+{
+    struct conn_state *st = arg;
+    /* NUL inside strings is accepted by the parser so that validation can
+     * refuse it per field (and the file API with its own message). */
+    _cleanup_json_ json_t *body = NULL;
+    if (st->route->body) {
+        if (st->body.len > 0 &&
+            !json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
+            body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
+        sl_buf_free(&st->body); /* the request's bytes are not needed past parsing */
+        if (!json_is_object(body)) {
+            answer_invalid_body(st);
+            return;
+        }
+    }
+    struct sl_request req = {
+        .svc = st->http->svc,
+        .conn = st->conn,
+        .method = st->method,
+        .nparams = st->nparams,
+        .body = body,
+        .http_state = st,
+    };
+    memcpy(req.params, st->params, sizeof(req.params));
+    struct sl_response resp = {.status = 500, .content_type = "application/json"};
+    st->route->handler(&req, &resp);
+    if (req.deferred) {
+        /* The handler promised an answer later (sl_deferred_respond), which
+         * may already have been sent: st is not ours to touch any more. */
+        free(resp.body);
+        return;
+    }
+    if (!resp.body && resp.status == 500) {
+        answer_error(st, SL_E_INTERNAL, "internal error");
+        return;
+    }
+    answer(st, &resp);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -146,6 +253,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!st)
             return MHD_NO;
         *con_cls = st;
+        st->http = http;
         st->pathbuf = strdup(url);
         if (!st->pathbuf)
             return MHD_NO;
@@ -156,32 +264,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         /* Authentication comes first: an unauthenticated client learns
          * nothing about which paths exist and no body is parsed for it. */
         if (needs_auth && !authorized(http, conn)) {
-            st->responded = true;
+            st->phase = PH_DONE;
             return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
                                NULL);
         }
         if (m == SL_MATCH_NONE) {
-            st->responded = true;
+            st->phase = PH_DONE;
             return queue_error(conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
         }
         if (m == SL_MATCH_METHOD) {
-            st->responded = true;
+            st->phase = PH_DONE;
             return queue_error(conn, SL_E_METHOD_NOT_ALLOWED,
                                "this path does not accept this method", allow);
         }
         sl_buf_init(&st->body, route_max_body(st->route));
         if (content_length_too_large(conn, route_max_body(st->route))) {
-            st->responded = true;
+            st->phase = PH_DONE;
             return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
         }
         return MHD_YES;
     }
 
-    if (st->responded) {
+    if (st->phase == PH_DONE) {
         *upload_data_size = 0; /* discard whatever the client still sends */
         return MHD_YES;
     }
-    if (*upload_data_size > 0) {
+    if (*upload_data_size > 0 && st->phase == PH_RECEIVING) {
         /* A chunked body that grows past the cap is discarded as it arrives
          * (memory stays bounded) and answered 413 once the client has sent
          * it: answering mid-upload makes most clients see a reset, not 413. */
@@ -193,34 +301,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
 
-    /* The whole body is here. */
-    st->responded = true;
-    if (st->too_large)
-        return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
-
-    /* NUL inside strings is accepted by the parser so that validation can
-     * refuse it per field (and the file API with its own message). */
-    _cleanup_json_ json_t *body = NULL;
-    if (st->route->body) {
-        if (st->body.len > 0 &&
-            !json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
-            body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
-        if (!json_is_object(body))
-            return queue_invalid_body(conn);
+    if (st->phase != PH_RECEIVING) {
+        /* Resumed with the answer (MHD calls once more after a resume). */
+        if (st->phase != PH_READY)
+            return MHD_YES;
+        st->phase = PH_DONE;
+        return queue(conn, &st->resp);
     }
-    struct sl_request req = {
-        .svc = http->svc,
-        .conn = conn,
-        .method = method,
-        .nparams = st->nparams,
-        .body = body,
-    };
-    memcpy(req.params, st->params, sizeof(req.params));
-    struct sl_response resp = {.status = 500, .content_type = "application/json"};
-    st->route->handler(&req, &resp);
-    if (!resp.body && resp.status == 500)
-        return queue_error(conn, SL_E_INTERNAL, "internal error", NULL);
-    return queue(conn, &resp);
+
+    /* The whole body is here. */
+    if (st->too_large) {
+        st->phase = PH_DONE;
+        return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+    }
+    /* The handler may block (a transaction, a sandbox build, a file write):
+     * it runs on the handler pool while this connection is suspended, so
+     * MHD's threads only ever move bytes. */
+    st->phase = PH_DISPATCHED;
+    st->conn = conn;
+    snprintf(st->method, sizeof(st->method), "%s", method);
+    MHD_suspend_connection(conn);
+    if (sl_pool_submit(http->handlers, run_handler, st) < 0) {
+        /* Queue full: answer at once rather than queue without bound. */
+        answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");
+    }
+    return MHD_YES;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -232,9 +337,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct conn_state *st = *con_cls;
     if (!st)
         return;
-    sl_buf_free(&st->body);
-    free(st->pathbuf);
-    free(st);
+    /* MHD does not complete a suspended connection, so no job still holds
+     * the state here. */
+    conn_state_free(st);
     *con_cls = NULL;
 }
 
@@ -247,6 +352,19 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     sl_warn("http: %s", line);
+}
+
+/* Connections allowed at once: a quarter of the descriptors this process
+ * may open (each running command needs about four more), within bounds. */
+static unsigned connection_limit(void)
+{
+    struct rlimit rl;
+    rlim_t n = getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur / 4 : 256;
+    if (n < 64)
+        n = 64;
+    if (n > SL_HTTP_MAX_CONNECTIONS)
+        n = SL_HTTP_MAX_CONNECTIONS;
+    return (unsigned)n;
 }
 
 struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,
@@ -277,15 +395,27 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         free(http);
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+    http->handlers = sl_pool_new("sl-handler", SL_HTTP_HANDLER_THREADS, SL_HTTP_MAX_QUEUED);
+    if (!http->handlers) {
+        freeaddrinfo(ai);
+        sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the request handler threads");
+        free(http->expected_auth);
+        free(http);
+        return NULL;
+    }
+    /* MHD's own threads only move bytes (epoll, one event loop per thread);
+     * handlers run on the pool; a request waiting for its command is a
+     * suspended connection, not a thread. */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
+    unsigned limit = connection_limit();
     http->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, http, MHD_OPTION_EXTERNAL_LOGGER,
         on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, NULL,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)SL_HTTP_MAX_CONNECTIONS,
+        on_completed, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SL_HTTP_IO_THREADS,
+        MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
         /* Larger per-connection buffers mean fewer upload callbacks for the
          * 45 MiB file bodies the API allows. */
@@ -294,6 +424,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     if (!http->daemon) {
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
+        sl_pool_free(http->handlers);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -305,6 +436,11 @@ void sl_http_stop(struct sl_http *http)
 {
     if (!http)
         return;
+    /* Handlers still queued run (their answers may then be dropped); a
+     * deferred answer must have been given before this (the service
+     * finishes every command first), since MHD frees the connections. */
+    MHD_quiesce_daemon(http->daemon);
+    sl_pool_free(http->handlers);
     MHD_stop_daemon(http->daemon);
     free(http->expected_auth);
     free(http);

@@ -1,11 +1,12 @@
 /* The HTTP server (libmicrohttpd): body capping, authentication, routing
  * and error rendering around the handlers of api/routes.c.
  *
- * This build serves each connection on its own thread (MHD's
- * thread-per-connection mode), bounded by a connection limit, because a
- * synchronous exec blocks its handler for the command's duration; the
- * execution-engine issue replaces this with suspended connections over a
- * small pool. */
+ * Threads: SL_HTTP_IO_THREADS MHD event loops (epoll) read requests and
+ * write answers; once a request's body is in, its connection is suspended
+ * and the handler runs on a pool of SL_HTTP_HANDLER_THREADS (handlers may
+ * block on the database or build a sandbox). A handler whose answer waits
+ * for a running command defers it (router.h): the connection stays
+ * suspended with no thread held until the command ends. */
 #ifndef SL_API_HTTP_H
 #define SL_API_HTTP_H
 
@@ -20,7 +21,12 @@ struct sl_http;
  * into a huge tree in memory (no request of the API needs more than a
  * handful). */
 #define SL_HTTP_MAX_JSON_CONTAINERS 256
-#define SL_HTTP_MAX_CONNECTIONS 512
+/* Upper bound; the real limit also follows RLIMIT_NOFILE (http.c). */
+#define SL_HTTP_MAX_CONNECTIONS 16384
+#define SL_HTTP_IO_THREADS 2
+#define SL_HTTP_HANDLER_THREADS 16
+/* Requests waiting for a handler thread; beyond it: 503. */
+#define SL_HTTP_MAX_QUEUED 8192
 
 struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,
                               struct sl_error *err);

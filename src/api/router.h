@@ -19,6 +19,8 @@ struct sl_request {
     const char *params[SL_ROUTE_MAX_PARAMS]; /* path parameters, in pattern order */
     size_t nparams;
     json_t *body; /* parsed JSON object when the route takes a body */
+    void *http_state; /* api/http.c's; see sl_request_defer */
+    bool deferred;    /* set by sl_request_defer */
 };
 
 struct sl_response {
@@ -30,6 +32,14 @@ struct sl_response {
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);
+
+/* A handler that cannot answer yet (a command still running) defers: it
+ * takes the handle, leaves *resp alone and returns; whoever finishes the
+ * work calls sl_deferred_respond exactly once, from any thread. The
+ * connection waits suspended, holding no thread. (api/http.c) */
+struct sl_deferred;
+struct sl_deferred *sl_request_defer(struct sl_request *req);
+void sl_deferred_respond(struct sl_deferred *d, struct sl_response *resp);
 
 struct sl_query_param {
     const char *name;

@@ -223,6 +223,15 @@ static bool env_object(struct sl_validation *v, const json_t *body, const char *
     return true;
 }
 
+/* The answer of a synchronous command, when it ends (any thread). */
+static void exec_answered(json_t *doc, void *ctx)
+{
+    struct sl_response r = {.status = 500, .content_type = "application/json"};
+    if (doc)
+        respond_json(&r, 200, doc);
+    sl_deferred_respond(ctx, &r);
+}
+
 static void h_exec(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
@@ -275,16 +284,6 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
         return;
     }
     sl_v_free(&v);
-    if (background) {
-        struct sl_error err;
-        sl_error_set(&err, "SANDBOX_BACKGROUND_EXEC_UNSUPPORTED", 0,
-                     "background execution is not available in this build yet");
-        resp->status = 501;
-        resp->content_type = "application/json";
-        resp->body = sl_api_error_body(err.code, err.message, NULL);
-        resp->len = strlen(resp->body);
-        return;
-    }
 
     /* The stored request: all nine fields with defaults filled (§4.1). */
     json_t *env_json = json_object_get(b, "env"), *sens_json = json_object_get(b, "sensitive_env");
@@ -311,9 +310,54 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
         .exec_scope = scope,
         .request = stored,
     };
+    /* Deferred before the call: a synchronous command may end (and its
+     * answer be sent) before sl_svc_exec returns. */
+    struct sl_deferred *d = background ? NULL : sl_request_defer(req);
     struct sl_error err = {0};
-    json_t *doc = sl_svc_exec(req->svc, req->params[0], &er, &err);
-    respond_result(resp, doc, &err);
+    json_t *doc = NULL;
+    int rc = sl_svc_exec(req->svc, req->params[0], &er, d ? exec_answered : NULL, d, &doc, &err);
+    if (rc == 1)
+        return; /* exec_answered answers */
+    if (!d) {
+        respond_result(resp, doc, &err);
+        return;
+    }
+    struct sl_response now = {.status = 500, .content_type = "application/json"};
+    respond_result(&now, rc == 0 ? doc : NULL, &err);
+    sl_deferred_respond(d, &now);
+}
+
+static void h_exec_get(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_exec_get(req->svc, req->params[0], req->params[1], generation, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_exec_cancel(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc =
+            sl_svc_exec_cancel(req->svc, req->params[0], req->params[1], generation, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
 }
 
 /* ---- files ------------------------------------------------------------------- */
@@ -469,6 +513,8 @@ static void h_file_move(struct sl_request *req, struct sl_response *resp)
 
 /* ---- the table ---------------------------------------------------------------- */
 
+static const struct sl_query_param Q_GENERATION[] = {{"generation", "integer", true},
+                                                     {NULL, NULL, false}};
 static const struct sl_query_param Q_FILE[] = {
     {"path", "string", true}, {"generation", "integer", true}, {NULL, NULL, false}};
 static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
@@ -501,6 +547,10 @@ const struct sl_route_def sl_routes[] = {
      "AuditResponse", NULL, 0},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
      "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY},
+    {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
+     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0},
+    {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
+     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0},
     {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
      "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,

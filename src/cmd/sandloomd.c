@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,14 @@ int main(void)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* Every command in flight holds ~4 descriptors and every waiting client
+     * one: take all the descriptors the host allows us (sandboxes get their
+     * own limit, set at spawn). */
+    struct rlimit nofile;
+    if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+        nofile.rlim_cur = nofile.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &nofile);
+    }
 
     const char *log_path = getenv("SANDBOX_STARTUP_LOG_PATH");
     if (!log_path || !*log_path)
@@ -200,6 +209,9 @@ int main(void)
 out:
     if (failure)
         refuse(log_path, failure, &err);
+    /* Commands still running are killed and recorded (CANCELLED), and the
+     * requests waiting for them answered, before the server goes. */
+    sl_service_stop_execs(svc);
     sl_http_stop(http);
     sl_service_close(svc);
     if (runtime)

@@ -44,6 +44,7 @@
 #define SL_E_UID_POOL_EXHAUSTED "SANDBOX_UID_POOL_EXHAUSTED"
 #define SL_E_WORKSPACE_INVALID "SANDBOX_WORKSPACE_INVALID" /* 503, host dir has wrong shape */
 #define SL_E_STORE "SANDBOX_METADATA_UNAVAILABLE"          /* 503 */
+#define SL_E_OVERLOADED "SANDBOX_WORKER_OVERLOADED"        /* 503, handler queue full */
 #define SL_E_RUNTIME "SANDBOX_RUNTIME_ERROR"               /* exec could not start */
 #define SL_E_TOKEN_NOT_CONFIGURED "SANDBOX_INTERNAL_TOKEN_NOT_CONFIGURED" /* 503 */
 #define SL_E_CONFIG "SANDBOX_CONFIG_INVALID"               /* startup refusal */

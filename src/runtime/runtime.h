@@ -114,6 +114,8 @@ int sl_rt_exec_start(struct sl_runtime *rt, const struct sl_rt_exec_request *req
  * process group, grace, SIGKILL, grace). Returns whether the execution was
  * still running. Thread-safe; the end arrives through `done`. */
 bool sl_rt_exec_cancel(struct sl_rt_exec *x);
+/* SIGKILL now, no grace (worker shutdown). */
+void sl_rt_exec_kill(struct sl_rt_exec *x);
 void sl_rt_exec_put(struct sl_rt_exec *x);
 
 /* Run one command and wait for it (startup probe, toolchain checks). 0 when

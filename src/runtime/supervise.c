@@ -506,6 +506,18 @@ bool sl_rt_exec_cancel(struct sl_rt_exec *x)
     return running;
 }
 
+void sl_rt_exec_kill(struct sl_rt_exec *x)
+{
+    struct sl_runtime *rt = x->rt;
+    pthread_mutex_lock(&rt->sup.lock);
+    bool running = !x->finished;
+    if (running)
+        x->kill_now = true;
+    pthread_mutex_unlock(&rt->sup.lock);
+    if (running)
+        enqueue(x);
+}
+
 void sl_rt_exec_put(struct sl_rt_exec *x)
 {
     if (!x || atomic_fetch_sub(&x->refs, 1) != 1)

@@ -1,7 +1,14 @@
-/* Execution: admission, the run and the record (spec API.md §3.9, §4).
- * This build answers synchronously; background runs, polling and cancel
- * arrive with the execution-engine issue. */
+/* Execution: admission, the run and the record (spec API.md §3.9–§3.11,
+ * §4).
+ *
+ * A command admitted here becomes a struct svc_exec in the service's table
+ * of running executions (for cancel) and a runtime execution (supervised
+ * by the runtime's thread). When it ends, the runtime's callback hands it
+ * to the completion pool, which writes the record, releases the locks and
+ * answers whoever waits (a suspended HTTP request): no thread is held
+ * while a command runs. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +18,7 @@
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/pool.h"
 #include "common/util.h"
 #include "runtime/env.h"
 #include "service/internal.h"
@@ -85,46 +93,179 @@ static int take_exec_locks(int rootfd, const char *scope, int *global_fd, int *s
     return 0;
 }
 
-static void run_command(struct sl_service *svc, const char *sandbox_id, uid_t uid,
-                        const struct sl_exec_request *req, struct sl_exec_record *rec,
-                        int64_t *duration_ms)
+
+/* One execution running on this worker: in the table from admission to
+ * completion. Two references: the request that launched it (a completion
+ * may run before the launch call returns) and the completion. */
+struct svc_exec {
+    struct sl_service *svc;
+    atomic_int refs;           /* the launching request and the completion */
+    struct sl_exec_record rec; /* strings below are owned copies */
+    char *sandbox_id, *exec_id, *command_json, *exec_scope;
+    int global_fd, scope_fd;   /* the §4.4 locks, held for the run */
+    struct sl_rt_exec *rt;     /* for cancel; set under execs_lock */
+    struct sl_rt_exec_result res;
+    sl_exec_wait_fn wait;      /* NULL for background runs */
+    void *wait_ctx;
+    struct svc_exec *next;     /* in svc->execs */
+};
+
+static void svc_exec_put(struct svc_exec *x)
+{
+    if (!x || atomic_fetch_sub(&x->refs, 1) != 1)
+        return;
+    if (x->global_fd >= 0)
+        close(x->global_fd);
+    if (x->scope_fd >= 0)
+        close(x->scope_fd);
+    sl_rt_exec_put(x->rt);
+    sl_rt_exec_result_free(&x->res);
+    free(x->rec.stdout_text);
+    free(x->rec.stderr_text);
+    free(x->sandbox_id);
+    free(x->exec_id);
+    free(x->command_json);
+    free(x->exec_scope);
+    free(x);
+}
+
+/* -1 once the service is stopping its executions: sl_service_stop_execs
+ * waits for every execution in the table, so none may join after it. */
+static int table_add(struct sl_service *svc, struct svc_exec *x)
+{
+    pthread_mutex_lock(&svc->execs_lock);
+    bool stopping = atomic_load(&svc->shutting_down);
+    if (!stopping) {
+        x->next = svc->execs;
+        svc->execs = x;
+        svc->execs_n++;
+    }
+    pthread_mutex_unlock(&svc->execs_lock);
+    return stopping ? -1 : 0;
+}
+
+static void table_remove(struct sl_service *svc, struct svc_exec *x)
+{
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec **p = &svc->execs; *p; p = &(*p)->next)
+        if (*p == x) {
+            *p = x->next;
+            svc->execs_n--;
+            break;
+        }
+    pthread_cond_broadcast(&svc->execs_cond);
+    pthread_mutex_unlock(&svc->execs_lock);
+}
+
+/* Persist the finished record, free the slot, answer the waiter. Runs on
+ * the completion pool (or inline when the command never started). */
+static void complete(struct svc_exec *x, int64_t duration_ms)
+{
+    struct sl_service *svc = x->svc;
+    struct sl_exec_record *rec = &x->rec;
+    rec->finished_at = sl_now_us();
+    struct sl_error store_err = {0};
+    if (svc->store->ops->exec_finish(svc->store, rec, rec->finished_at, &store_err) < 0)
+        sl_errorlog("exec %s/%s: cannot record the result: %s", x->sandbox_id, x->exec_id,
+                    sl_error_text(&store_err));
+    /* The locks go with the record written: a file call that sees them
+     * free also sees the route READY. */
+    if (x->global_fd >= 0)
+        close(x->global_fd);
+    if (x->scope_fd >= 0)
+        close(x->scope_fd);
+    x->global_fd = x->scope_fd = -1;
+    svc_live_touch(svc, x->sandbox_id);
+    json_t *view = x->wait ? exec_view(rec, true, duration_ms) : NULL;
+    sl_exec_wait_fn wait = x->wait;
+    void *wait_ctx = x->wait_ctx;
+    table_remove(svc, x);
+    svc_exec_put(x);
+    if (wait)
+        wait(view, wait_ctx);
+}
+
+/* Fill the record from the runtime's result. */
+static void record_result(struct sl_service *svc, struct svc_exec *x)
+{
+    struct sl_exec_record *rec = &x->rec;
+    struct sl_rt_exec_result *res = &x->res;
+    if (atomic_load(&svc->shutting_down)) {
+        /* API.md §4.2: the worker's own task cancelled (shutdown). */
+        snprintf(rec->status, sizeof(rec->status), "CANCELLED");
+        rec->has_exit_code = false;
+        snprintf(rec->termination_reason, sizeof(rec->termination_reason), "WORKER_SHUTDOWN");
+        return;
+    }
+    rec->has_exit_code = true;
+    rec->exit_code = res->exit_code;
+    rec->truncated = res->truncated;
+    snprintf(rec->status, sizeof(rec->status), "%s",
+             res->timed_out ? "TIMED_OUT" : res->exit_code == 0 ? "SUCCEEDED" : "FAILED");
+    /* The memory quota's kill is named, never left a bare failure. */
+    snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s",
+             res->oom_killed ? "OOM_KILLED" : res->timed_out ? "TIMED_OUT" : "");
+    rec->stdout_text =
+        sl_utf8_repair(res->out.data ? res->out.data : "", res->out.len, &rec->stdout_len);
+    rec->stderr_text =
+        sl_utf8_repair(res->err.data ? res->err.data : "", res->err.len, &rec->stderr_len);
+}
+
+static void completion_job(void *arg)
+{
+    struct svc_exec *x = arg;
+    atomic_fetch_sub(&x->svc->running_execs, 1);
+    record_result(x->svc, x);
+    complete(x, x->res.duration_ms);
+}
+
+/* The runtime's supervision thread: move the result, hand over. */
+static void on_rt_done(struct sl_rt_exec_result *res, void *ctx)
+{
+    struct svc_exec *x = ctx;
+    x->res = *res;
+    memset(res, 0, sizeof(*res));
+    if (sl_pool_submit(x->svc->completions, completion_job, x) < 0)
+        completion_job(x); /* pool stopping or full: do it here rather than lose it */
+}
+
+/* Everything between admission and launch (API.md §4.2): locks, the
+ * environment, the login profile, the start. A failure here is a FAILED
+ * record, not an HTTP error; it is completed inline. Returns whether the
+ * command was launched. */
+static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
+                   const struct sl_exec_request *req)
 {
     const struct sl_config *cfg = svc->cfg;
     struct sl_error err = {0};
-    *duration_ms = 0;
-
-    _cleanup_close_ int rootfd = ws_sandbox_open(cfg->workspace_root, sandbox_id, &err);
+    _cleanup_close_ int rootfd = ws_sandbox_open(cfg->workspace_root, x->sandbox_id, &err);
     if (rootfd < 0) {
-        record_failure(rec, "RuntimeError", "SANDBOX_WORKSPACE_LOST");
-        return;
+        record_failure(&x->rec, "RuntimeError", "SANDBOX_WORKSPACE_LOST");
+        return false;
     }
-    _cleanup_close_ int global_fd = -1;
-    _cleanup_close_ int scope_fd = -1;
-    if (take_exec_locks(rootfd, req->exec_scope, &global_fd, &scope_fd, &err) < 0) {
-        record_failure(rec, "RuntimeError", err.message);
-        return;
+    if (take_exec_locks(rootfd, req->exec_scope, &x->global_fd, &x->scope_fd, &err) < 0) {
+        record_failure(&x->rec, "RuntimeError", err.message);
+        return false;
     }
-
     struct sl_env env = {0};
     unsigned proxy = atomic_fetch_add(&svc->proxy_counter, 1);
     if (sl_env_build(cfg, req->env_keys, req->env_values, req->env_len, proxy, &env, &err) < 0) {
-        record_failure(rec, "ValueError", err.message);
-        return;
+        record_failure(&x->rec, "ValueError", err.message);
+        return false;
     }
     if (sl_env_write_profile(rootfd, uid, env.path, &err) < 0) {
         sl_env_free(&env);
-        record_failure(rec, "RuntimeError", "could not write the login profile");
-        sl_warn("exec %s/%s: %s", sandbox_id, req->exec_id, sl_error_text(&err));
-        return;
+        record_failure(&x->rec, "RuntimeError", "could not write the login profile");
+        sl_warn("exec %s/%s: %s", x->sandbox_id, x->exec_id, sl_error_text(&err));
+        return false;
     }
-
     char root_path[4096];
-    snprintf(root_path, sizeof(root_path), "%s/%s", cfg->workspace_root, sandbox_id);
+    snprintf(root_path, sizeof(root_path), "%s/%s", cfg->workspace_root, x->sandbox_id);
     char **argv = calloc(req->argc + 1, sizeof(*argv));
     if (!argv) {
         sl_env_free(&env);
-        record_failure(rec, "RuntimeError", "out of memory");
-        return;
+        record_failure(&x->rec, "RuntimeError", "out of memory");
+        return false;
     }
     for (size_t i = 0; i < req->argc; i++)
         argv[i] = (char *)req->argv[i];
@@ -140,103 +281,249 @@ static void run_command(struct sl_service *svc, const char *sandbox_id, uid_t ui
         .grace_ms = grace_ms < 100 ? 100 : grace_ms,
         .max_output_bytes = (size_t)cfg->max_output_bytes,
     };
-    struct sl_rt_exec_result res = {0};
     atomic_fetch_add(&svc->running_execs, 1);
-    int rc = sl_rt_exec(svc->runtime, &rreq, &res, &err);
-    atomic_fetch_sub(&svc->running_execs, 1);
+    struct sl_rt_exec *handle = NULL;
+    int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
+    if (rc == 0) {
+        pthread_mutex_lock(&svc->execs_lock);
+        x->rt = handle; /* x cannot be gone: this request holds a reference */
+        pthread_mutex_unlock(&svc->execs_lock);
+    }
     free(argv);
     sl_env_free(&env);
     if (rc < 0) {
-        record_failure(rec, "RuntimeError", err.message);
-        sl_warn("exec %s/%s: sandbox start failed: %s", sandbox_id, req->exec_id,
+        atomic_fetch_sub(&svc->running_execs, 1);
+        record_failure(&x->rec, "RuntimeError", err.message);
+        sl_warn("exec %s/%s: sandbox start failed: %s", x->sandbox_id, x->exec_id,
                 sl_error_text(&err));
-        sl_rt_exec_result_free(&res);
-        return;
+        return false;
     }
-    rec->has_exit_code = true;
-    rec->exit_code = res.exit_code;
-    rec->truncated = res.truncated;
-    snprintf(rec->status, sizeof(rec->status), "%s",
-             res.timed_out ? "TIMED_OUT" : res.exit_code == 0 ? "SUCCEEDED" : "FAILED");
-    /* The memory quota's kill is named, never left a bare failure. */
-    snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s",
-             res.oom_killed ? "OOM_KILLED" : res.timed_out ? "TIMED_OUT" : "");
-    rec->stdout_text =
-        sl_utf8_repair(res.out.data ? res.out.data : "", res.out.len, &rec->stdout_len);
-    rec->stderr_text =
-        sl_utf8_repair(res.err.data ? res.err.data : "", res.err.len, &rec->stderr_len);
-    *duration_ms = res.duration_ms;
-    sl_rt_exec_result_free(&res);
+    return true;
 }
 
-json_t *sl_svc_exec(struct sl_service *svc, const char *sandbox_id,
-                    const struct sl_exec_request *req, struct sl_error *err)
+/* Waiting inside the service (callers without a deferred answer). */
+struct blocking_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    json_t *doc;
+    bool done;
+};
+
+static void blocking_done(json_t *doc, void *ctx)
 {
+    struct blocking_wait *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    w->doc = doc;
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
+
+int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_exec_request *req,
+                sl_exec_wait_fn wait, void *wait_ctx, json_t **out, struct sl_error *err)
+{
+    *out = NULL;
     struct sl_route route = {0};
     if (svc_fence(svc, sandbox_id, req->generation, &route, err) < 0)
-        return NULL;
+        return -1;
     int rc = svc_require_local_owner(svc, &route, err);
     sl_route_clear(&route);
     if (rc < 0)
-        return NULL;
+        return -1;
 
     if (req->sensitive_len > 0) {
         /* The default credential broker ("disabled") refuses every key. */
         const char **keys = calloc(req->sensitive_len, sizeof(*keys));
-        if (!keys) {
-            sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-            return NULL;
-        }
+        if (!keys)
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         memcpy(keys, req->sensitive_keys, req->sensitive_len * sizeof(*keys));
         qsort(keys, req->sensitive_len, sizeof(*keys), cmp_cstr);
         _cleanup_free_ char *set = python_set_repr(keys, req->sensitive_len);
         free(keys);
-        sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
-                     "sensitive environment variables not supported without a credential "
-                     "broker: %s",
-                     set ? set : "{}");
-        return NULL;
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                            "sensitive environment variables not supported without a "
+                            "credential broker: %s",
+                            set ? set : "{}");
     }
 
     uid_t uid;
     if (svc_live_lookup(svc, sandbox_id, req->generation, &uid, err) < 0)
-        return NULL;
+        return -1;
+    if (atomic_load(&svc->shutting_down))
+        return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "the worker is shutting down");
 
-    _cleanup_free_ char *command_json = sl_json_dumps(req->request);
+    struct svc_exec *x = calloc(1, sizeof(*x));
+    if (!x)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    x->svc = svc;
+    atomic_init(&x->refs, 1);
+    x->global_fd = x->scope_fd = -1;
+    x->sandbox_id = strdup(sandbox_id);
+    x->exec_id = strdup(req->exec_id);
+    x->command_json = sl_json_dumps(req->request);
+    x->exec_scope = dup_or_null(req->exec_scope);
+    if (!x->sandbox_id || !x->exec_id || !x->command_json ||
+        (req->exec_scope && !x->exec_scope)) {
+        svc_exec_put(x);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
     int64_t now = sl_now_us();
-    struct sl_exec_record rec = {
-        .sandbox_id = (char *)sandbox_id,
-        .exec_id = (char *)req->exec_id,
+    x->rec = (struct sl_exec_record){
+        .sandbox_id = x->sandbox_id,
+        .exec_id = x->exec_id,
         .generation = req->generation,
         .worker_id = svc->worker_id,
-        .command_json = command_json,
-        .exec_scope = (char *)req->exec_scope,
+        .command_json = x->command_json,
+        .exec_scope = x->exec_scope,
         .started_at = now,
         .created_at = now,
     };
-    snprintf(rec.status, sizeof(rec.status), "RUNNING");
+    snprintf(x->rec.status, sizeof(x->rec.status), "RUNNING");
     struct sl_exec_record existing = {0};
-    int admitted = svc->store->ops->exec_admit(svc->store, &rec, svc->cfg->max_parallel_execs_per_sandbox,
-                                               &existing, err);
-    if (admitted < 0)
-        return NULL;
-    if (admitted == SL_ADMIT_REPLAY) {
-        json_t *view = exec_view(&existing, false, 0);
-        sl_exec_record_clear(&existing);
-        return view;
+    int admitted = svc->store->ops->exec_admit(
+        svc->store, &x->rec, svc->cfg->max_parallel_execs_per_sandbox, &existing, err);
+    if (admitted < 0) {
+        svc_exec_put(x);
+        return -1;
     }
-
-    int64_t duration_ms = 0;
+    if (admitted == SL_ADMIT_REPLAY) {
+        /* §4.3: the stored record, at once, whatever this request says. */
+        *out = exec_view(&existing, false, 0);
+        sl_exec_record_clear(&existing);
+        svc_exec_put(x);
+        return 0;
+    }
     svc_live_touch(svc, sandbox_id);
-    run_command(svc, sandbox_id, uid, req, &rec, &duration_ms);
-    rec.finished_at = sl_now_us();
 
-    struct sl_error store_err = {0};
-    if (svc->store->ops->exec_finish(svc->store, &rec, rec.finished_at, &store_err) < 0)
-        sl_errorlog("exec %s/%s: cannot record the result: %s", sandbox_id, req->exec_id,
-                    sl_error_text(&store_err));
-    json_t *view = exec_view(&rec, true, duration_ms);
-    free(rec.stdout_text);
-    free(rec.stderr_text);
+    struct blocking_wait bw = {0};
+    bool blocking = !req->background && !wait;
+    if (!req->background) {
+        if (blocking) {
+            pthread_mutex_init(&bw.lock, NULL);
+            pthread_cond_init(&bw.cond, NULL);
+        }
+        x->wait = blocking ? blocking_done : wait;
+        x->wait_ctx = blocking ? (void *)&bw : wait_ctx;
+    }
+    atomic_fetch_add(&x->refs, 1); /* the completion's */
+    bool in_table = table_add(svc, x) == 0;
+    /* A background answer is built before launch: once launched, x
+     * belongs to the completion. */
+    json_t *stub = NULL;
+    if (req->background)
+        stub = json_pack("{s:s,s:s,s:n,s:s,s:s,s:n,s:b,s:n}", "exec_id", req->exec_id, "status",
+                         "RUNNING", "exit_code", "stdout", "", "stderr", "", "duration_ms",
+                         "truncated", false, "termination_reason");
+    if (!in_table) {
+        snprintf(x->rec.status, sizeof(x->rec.status), "CANCELLED"); /* worker shutdown */
+        complete(x, 0);
+    } else if (!launch(svc, x, uid, req)) {
+        complete(x, 0); /* a FAILED record; answers a waiter with it */
+    }
+    svc_exec_put(x);
+    if (req->background) {
+        *out = stub;
+        return 0;
+    }
+    if (!blocking)
+        return 1; /* the waiter gets the answer */
+    pthread_mutex_lock(&bw.lock);
+    while (!bw.done)
+        pthread_cond_wait(&bw.cond, &bw.lock);
+    pthread_mutex_unlock(&bw.lock);
+    pthread_cond_destroy(&bw.cond);
+    pthread_mutex_destroy(&bw.lock);
+    *out = bw.doc;
+    return 0;
+}
+
+/* Poll and cancel work while the route is live at that generation on this
+ * worker (API.md §3.10, §3.11). */
+static int exec_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      struct sl_error *err)
+{
+    struct sl_route route = {0};
+    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
+        return -1;
+    int rc = svc_require_local_owner(svc, &route, err);
+    sl_route_clear(&route);
+    if (rc < 0)
+        return -1;
+    uid_t uid;
+    return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
+}
+
+json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                        int64_t generation, struct sl_error *err)
+{
+    if (exec_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    struct sl_exec_record rec = {0};
+    int found = svc->store->ops->exec_get(svc->store, sandbox_id, exec_id, &rec, err);
+    if (found < 0)
+        return NULL;
+    if (found == 0) {
+        sl_error_set(err, SL_E_EXEC_NOT_FOUND, 0, "execution not found");
+        return NULL;
+    }
+    json_t *view = exec_view(&rec, false, 0);
+    sl_exec_record_clear(&rec);
     return view;
+}
+
+json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                           int64_t generation, struct sl_error *err)
+{
+    if (exec_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    bool cancelled = false;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->rt && strcmp(x->sandbox_id, sandbox_id) == 0 && strcmp(x->exec_id, exec_id) == 0) {
+            /* Signals only: the run ends through its normal path, FAILED
+             * with the signal's negative code (§4.6). */
+            cancelled = sl_rt_exec_cancel(x->rt);
+            break;
+        }
+    pthread_mutex_unlock(&svc->execs_lock);
+    return json_pack("{s:b}", "cancelled", cancelled);
+}
+
+int svc_execs_start(struct sl_service *svc, struct sl_error *err)
+{
+    pthread_mutex_init(&svc->execs_lock, NULL);
+    pthread_cond_init(&svc->execs_cond, NULL);
+    /* Completions write one record each; a few threads keep the store
+     * busy without queueing behind one slow write. */
+    svc->completions = sl_pool_new("sl-complete", 4, 1 << 16);
+    if (!svc->completions)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "cannot start the completion threads");
+    return 0;
+}
+
+void sl_service_stop_execs(struct sl_service *svc)
+{
+    if (!svc || !svc->completions)
+        return;
+    pthread_mutex_lock(&svc->execs_lock);
+    atomic_store(&svc->shutting_down, true);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->rt)
+            sl_rt_exec_kill(x->rt);
+    while (svc->execs)
+        pthread_cond_wait(&svc->execs_cond, &svc->execs_lock);
+    pthread_mutex_unlock(&svc->execs_lock);
+}
+
+void svc_execs_close(struct sl_service *svc)
+{
+    if (!svc->completions)
+        return;
+    sl_service_stop_execs(svc);
+    sl_pool_free(svc->completions);
+    svc->completions = NULL;
+    pthread_cond_destroy(&svc->execs_cond);
+    pthread_mutex_destroy(&svc->execs_lock);
 }

@@ -23,6 +23,9 @@ struct sl_live {
     int64_t last_activity_us;
 };
 
+struct svc_exec;
+struct sl_pool;
+
 struct sl_service {
     const struct sl_config *cfg;
     struct sl_store *store;
@@ -42,6 +45,14 @@ struct sl_service {
 
     atomic_uint proxy_counter;
     atomic_int running_execs;
+
+    /* executions running on this worker (service/exec.c) */
+    pthread_mutex_t execs_lock;
+    pthread_cond_t execs_cond; /* signalled when one leaves */
+    struct svc_exec *execs;
+    size_t execs_n;
+    struct sl_pool *completions;
+    atomic_bool shutting_down;
 
     /* heartbeat / maintenance */
     pthread_t loop_thread;
@@ -75,6 +86,10 @@ int svc_live_count(struct sl_service *svc);
 /* Refresh last_active_at/updated_at after a successful forwarded call
  * (§10.1 step 5); failures are logged, not raised. */
 void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
+
+/* service/exec.c: set up / stop the execution table and completion pool. */
+int svc_execs_start(struct sl_service *svc, struct sl_error *err);
+void svc_execs_close(struct sl_service *svc);
 
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
 json_t *svc_disk_json(const struct sl_disk_status *d);

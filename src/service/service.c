@@ -275,6 +275,11 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->capabilities = build_capabilities(svc, p);
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);
+    if (svc_execs_start(svc, err) < 0) {
+        json_decref(svc->capabilities);
+        free(svc);
+        return NULL;
+    }
     return svc;
 }
 
@@ -438,6 +443,9 @@ void sl_service_close(struct sl_service *svc)
             sl_warn("final heartbeat failed: %s", sl_error_text(&err));
         svc->registry->ops->unregister(svc->registry, svc->worker_id, &err);
     }
+    /* Running commands end CANCELLED and are recorded while the store is
+     * still open. */
+    svc_execs_close(svc);
     if (svc->runtime)
         sl_rt_close(svc->runtime);
     if (svc->registry)

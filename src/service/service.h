@@ -80,8 +80,25 @@ struct sl_exec_request {
     const char *exec_scope; /* NULL = unscoped */
     const json_t *request;  /* the validated request object, stored as command_json */
 };
-json_t *sl_svc_exec(struct sl_service *svc, const char *sandbox_id,
-                    const struct sl_exec_request *req, struct sl_error *err);
+/* Called once with the final ExecResponse document (the callee owns it;
+ * NULL only when out of memory), from a service thread. */
+typedef void (*sl_exec_wait_fn)(json_t *doc, void *ctx);
+/* Admit and run a command. Returns -1 with err set when refused (no record
+ * written unless the spec says so); 0 with *out the answer now (a replay,
+ * a background run's RUNNING stub, or a synchronous run's result when wait
+ * is NULL: then this call blocks); 1 when wait is given and the command is
+ * synchronous: wait has been or will be called with the answer. */
+int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_exec_request *req,
+                sl_exec_wait_fn wait, void *wait_ctx, json_t **out, struct sl_error *err);
+/* API.md §3.10: the stored record (404 EXEC_NOT_FOUND). */
+json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                        int64_t generation, struct sl_error *err);
+/* API.md §3.11: {"cancelled": bool}. */
+json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                           int64_t generation, struct sl_error *err);
+/* Kill every running command and wait until each has been recorded
+ * (CANCELLED) and its waiter answered. Before stopping the HTTP server. */
+void sl_service_stop_execs(struct sl_service *svc);
 
 /* Files (API.md §3.12, §5). Path arguments carry explicit lengths so an
  * embedded NUL is seen and refused. */
