@@ -3,7 +3,9 @@
 #   1. C unit tests (cmocka, through meson test; the runtime tests need root)
 #   2. end-to-end tests (pytest: real sandloomd on loopback, real namespaces)
 #   3. the escape suite (pytest: attacks from inside real sandboxes)
-# and, when $2 names an ASan+UBSan build, every tier again against it.
+#   4. release build only: the escape suite again with every daemon at the
+#      `basic` isolation level (SANDLOOM_TEST_LEVEL=basic), its own tier
+# and, when $2 names an ASan+UBSan build, tiers 1-3 again against it.
 # Ends with one line "total: N passed, N failed".
 set -uo pipefail
 build="${1:-build}"
@@ -46,7 +48,24 @@ run_tier() {
     total_fail=$((total_fail + unit_fail + e2e_fail + sec_fail))
 }
 
+# run_security_basic BUILD LABEL: the escape suite at `basic` isolation (no
+# PID namespace, no /proc inside: RUNTIME.md §3), own junit file and counts.
+run_security_basic() {
+    local dir="$1" label="$2" counts basic_pass basic_fail
+    echo "== $label: escape suite at basic isolation"
+    rm -f "$dir/security-basic-junit.xml"
+    SANDLOOM_TEST_LEVEL=basic SANDLOOMD="$root/$dir/sandloomd" $py -m pytest -q -p no:cacheprovider \
+        -o junit_suite_name=security@basic \
+        --junitxml="$dir/security-basic-junit.xml" tests/security || status=1
+    counts=$($py scripts/count-results.py junit "$dir/security-basic-junit.xml")
+    read -r basic_pass basic_fail <<<"$counts"
+    echo "$label security@basic: $basic_pass passed, $basic_fail failed"
+    total_pass=$((total_pass + basic_pass))
+    total_fail=$((total_fail + basic_fail))
+}
+
 run_tier "$build" "release"
+run_security_basic "$build" "release"
 if [ -n "$asan_build" ]; then
     export ASAN_OPTIONS=detect_leaks=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

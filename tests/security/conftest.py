@@ -51,6 +51,12 @@ new_sandbox = e2e.new_sandbox
 ready_sandbox = e2e.ready_sandbox
 
 
+def pytest_report_header(config):
+    level = os.environ.get("SANDLOOM_TEST_LEVEL")
+    return [f"sandloom isolation level: {level or 'auto (the strongest the host supports)'}"
+            f" (each case reads the level its daemon selected from /healthz)"]
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _host_can_run_the_suite():
     # Root: the host side is checked as root. x86_64: the raw-syscall probes

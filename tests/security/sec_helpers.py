@@ -7,6 +7,14 @@ exit) and receive their parameters as argv[1] (JSON), so no probe source
 is ever built by string formatting. Secrets a probe must look for are
 passed reversed, so the probe's own command line never contains them.
 SANDLOOM_SEC_VERBOSE=1 (with pytest -s) prints every probe's result.
+
+Isolation levels: what a sandbox has depends on the level the daemon
+selected (RUNTIME.md §3), which `isolation()` reads from the daemon's own
+/healthz (never from SANDLOOM_TEST_LEVEL alone). At `basic` there is no
+PID namespace and no private procfs: /proc does not exist inside, so a
+case that inspects /proc there checks the same attack directly through
+syscalls instead (and asserts that /proc is indeed absent), while every
+assertion made at standard/strict is kept as it was.
 """
 
 import hashlib
@@ -22,8 +30,9 @@ import pytest
 NR = {
     "pivot_root": 155, "chroot": 161, "init_module": 175, "delete_module": 176,
     "add_key": 248, "request_key": 249, "keyctl": 250, "unshare": 272,
-    "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308, "finit_module": 313,
-    "bpf": 321, "fsopen": 430,
+    "name_to_handle_at": 303, "open_by_handle_at": 304, "setns": 308, "process_vm_readv": 310,
+    "finit_module": 313, "bpf": 321, "pidfd_send_signal": 424, "fsopen": 430, "pidfd_open": 434,
+    "pidfd_getfd": 438,
 }
 
 PRELUDE = r'''
@@ -33,6 +42,8 @@ R = {}
 NR = P.pop("_nr", {})
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
+# Whether this sandbox has a /proc at all (not at the basic level).
+PROC = os.path.isdir("/proc/self")
 
 def _arg(a):
     if isinstance(a, bool) or isinstance(a, int):
@@ -71,6 +82,66 @@ def _emit():
     sys.stdout.flush()
     print("RESULT " + json.dumps(R, sort_keys=True, default=str), flush=True)
 '''
+
+
+class Isolation:
+    """The isolation profile a daemon reports in GET /healthz
+    (worker.capabilities): level, runtime and feature set."""
+
+    def __init__(self, caps):
+        self.caps = caps
+        self.level = caps["selected_level"]
+        self.runtime = caps.get("runtime")
+        self.features = frozenset(caps.get("features") or ())
+        # /proc exists inside only with a private procfs (standard, strict,
+        # or the pid_namespace addition): RUNTIME.md §3 and §4.
+        self.private_procfs = "private_procfs" in self.features
+        self.pid_namespace = "pid_namespace" in self.features
+
+    def __repr__(self):
+        return (f"<isolation level={self.level} runtime={self.runtime} "
+                f"features={sorted(self.features)}>")
+
+
+def isolation(target):
+    """Isolation of the daemon behind target (a Daemon, Client or Sandbox),
+    read from its /healthz capabilities (asked every time: ports are
+    reused by later daemons). Fails the test
+    when the daemon does not say, or when it runs at another level than
+    SANDLOOM_TEST_LEVEL asked for."""
+    if hasattr(target, "c"):  # Sandbox
+        c = target.c
+    elif hasattr(target, "client"):  # Daemon
+        c = target.client()
+    else:
+        c = target
+    r = c.get("/healthz")
+    try:
+        caps = r.body["worker"]["capabilities"]
+        iso = Isolation(caps)
+    except (TypeError, KeyError) as e:
+        pytest.fail(f"cannot tell the daemon's isolation level from GET /healthz "
+                    f"(worker.capabilities.selected_level, features): {e!r} in {r!r}",
+                    pytrace=False)
+    wanted = os.environ.get("SANDLOOM_TEST_LEVEL", "").strip().lower()
+    if wanted and str(caps.get("requested_level", "")).lower() == wanted and wanted in (
+            "basic", "standard", "strict") and iso.level != wanted:
+        pytest.fail(f"SANDLOOM_TEST_LEVEL={wanted} but the daemon runs at {iso!r}", pytrace=False)
+    return iso
+
+
+def assert_proc_as_reported(iso, proc_present, where="the sandbox"):
+    """/proc exists inside exactly when the daemon reports a private procfs.
+    With it, the /proc-based checks of a case are meaningful (a /proc that
+    is missing would make them vacuous); without it (basic), RUNTIME.md §4
+    says there is no /proc, so a /proc inside would be something the
+    profile does not account for (the probes inspect it anyway)."""
+    if iso.private_procfs:
+        assert proc_present, (f"{iso!r} reports private_procfs but {where} has no /proc: the "
+                              f"/proc-based checks of this case could not run")
+    else:
+        assert not proc_present, (f"{iso!r} reports no private_procfs, yet {where} has a /proc "
+                                  f"(RUNTIME.md §4: /proc only with a PID namespace)")
 
 
 def run(sb, argv, *, timeout_seconds=None, http_timeout=90, **fields):

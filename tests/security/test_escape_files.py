@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sec_helpers import (file_fingerprint, hold_until_released, host_processes, probe,
-                         release_holder, reverse, sh, wait_for)
+from sec_helpers import (assert_proc_as_reported, file_fingerprint, hold_until_released,
+                         host_processes, isolation, probe, release_holder, reverse, sh, wait_for)
 
 
 # ---------------------------------------------------------------------------
@@ -82,7 +82,12 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
     to create files owned by B's uid (chown, lchown).
     Must hold: A never sees the secret or B's marker, every impersonation
     fails, and on the host every file in A's workspace is owned by A's uid
-    and B's workspace holds only what B wrote."""
+    and B's workspace holds only what B wrote. A signal 0 from A to B's
+    host pids fails (ESRCH without a shared PID namespace, EPERM at basic).
+    At basic (no PID namespace, no procfs) /proc must be absent in A, so
+    there is no process listing to read B's command line from; with a
+    private procfs, every /proc/<pid> is searched as above."""
+    iso = isolation(daemon)
     a, b = make_sandbox(daemon, "iso-a"), make_sandbox(daemon, "iso-b")
     assert a.uid != b.uid
     secret = "b-secret-" + secrets.token_hex(12)
@@ -98,6 +103,7 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
         assert wait_for(lambda: (b_host_ws / "b-ready").exists(), 10), \
             "B's holder command never started"
         assert any(marker in c for _, _, c in host_processes(b.uid)), host_processes(b.uid)
+        b_pids = [pid for pid, _, _ in host_processes(b.uid)]
         R, body = probe(a, r'''
             secret, marker = P["secret"][::-1], P["marker"][::-1]
             R["host_paths"] = {p: oserr(read_bytes, p) for p in P["host_paths"]}
@@ -116,7 +122,8 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
                         except OSError:
                             pass
             procs = {}
-            for pid in os.listdir("/proc"):
+            R["proc_present"] = PROC
+            for pid in (os.listdir("/proc") if PROC else ()):
                 if not pid.isdigit():
                     continue
                 for leaf in ("cmdline", "environ"):
@@ -132,6 +139,7 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
                     pass
             R["hits"] = hits
             R["procs"] = procs
+            R["signal0 B"] = {str(p): oserr(os.kill, p, 0) for p in P["b_pids"]}
             buid = P["buid"]
             R["setuid"] = oserr(os.setuid, buid)
             R["setresuid"] = oserr(os.setresuid, buid, buid, buid)
@@ -148,7 +156,7 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
                     os.close(fd)
             R["uid_map_write"] = oserr(write_map, "/proc/self/uid_map", "0 %d 1" % buid)
             R["setgroups_write"] = oserr(write_map, "/proc/self/setgroups", "allow")
-            ''', {"secret": reverse(secret), "marker": reverse(marker), "buid": b.uid,
+            ''', {"secret": reverse(secret), "marker": reverse(marker), "buid": b.uid, "b_pids": b_pids,
                   "host_paths": [str(b_host_ws / "b-secret.txt"),
                                  str(daemon.sandbox_root / b.id / "home" / ".profile")],
                   "host_dirs": [str(b_host_ws), str(daemon.sandbox_root / b.id),
@@ -160,7 +168,10 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
     assert all(v != "OK" for v in R["host_paths"].values()), f"B's files read by A: {R['host_paths']}"
     assert all(v != "OK" for v in R["host_dirs"].values()), f"B's dirs listed by A: {R['host_dirs']}"
     assert R["hits"] == [], f"B's secret/marker visible in A at {R['hits']}"
+    assert_proc_as_reported(iso, R["proc_present"], "sandbox A")
     assert not any(marker in c for c in R["procs"].values()), R["procs"]
+    assert b_pids and all(v in ("ESRCH", "EPERM") for v in R["signal0 B"].values()), \
+        f"A can signal B's processes: {R['signal0 B']}"
     for k in ("setuid", "setresuid", "setgid", "chown", "lchown", "uid_map_write", "setgroups_write"):
         assert R[k] != "OK", f"A could {k} to B's uid {b.uid}: {R}"
     # Host: A's files are A's; B's workspace holds B's file plus the stop file only.
@@ -175,7 +186,8 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
 # 3
 def test_host_secrets_and_daemon_token_unreachable(daemon, ready_sandbox):
     """Attempt: read /root, /etc/shadow, /proc/1/root/etc/shadow and the
-    daemon's /proc/<host pid>/{environ,cmdline,root,cwd,fd}; search for the
+    daemon's /proc/<host pid>/{environ,cmdline,root,cwd,fd} and its memory
+    with process_vm_readv(2); search for the
     daemon's bearer token in the sandbox's own environment (`env`), in every
     /proc/*/environ and cmdline, and in every file under /etc, /opt,
     /workspace, /home/sandbox, /cache, /envs, /tmp, /dev/shm (the 8 GB
@@ -183,8 +195,11 @@ def test_host_secrets_and_daemon_token_unreachable(daemon, ready_sandbox):
     call the daemon's API over loopback without the token.
     Must hold: every read fails, the token appears nowhere, the API answers
     401. Premise checked on the host: the token *is* in the daemon's
-    environment, so the search is meaningful."""
+    environment, so the search is meaningful. At basic (no procfs) /proc
+    must be absent inside, so no process's environ or cmdline is readable
+    at all; with a private procfs every /proc/*/environ is searched."""
     sb = ready_sandbox
+    iso = isolation(daemon)
     dpid = daemon.proc.pid
     token = daemon.token
     with open(f"/proc/{dpid}/environ", "rb") as f:
@@ -205,10 +220,18 @@ def test_host_secrets_and_daemon_token_unreachable(daemon, ready_sandbox):
                 R["reads"][p] = oserr(os.listdir, p)
             else:
                 R["reads"][p] = oserr(read_bytes, p)
+        # The daemon's memory directly, without /proc/<pid>/mem.
+        class IOV(ctypes.Structure):
+            _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+        buf = ctypes.create_string_buffer(64)
+        local, remote = IOV(ctypes.addressof(buf), 64), IOV(0x400000, 64)
+        R["reads"]["process_vm_readv daemon"] = sc("process_vm_readv", dpid, ctypes.byref(local), 1,
+                                                   ctypes.byref(remote), 1, 0)[1] or "OK"
         hits = []
         if any(token in v.encode() for v in os.environ.values()):
             hits.append("os.environ")
-        for pid in os.listdir("/proc"):
+        R["proc_present"] = PROC
+        for pid in (os.listdir("/proc") if PROC else ()):
             if pid.isdigit():
                 for leaf in ("environ", "cmdline"):
                     try:
@@ -247,6 +270,7 @@ def test_host_secrets_and_daemon_token_unreachable(daemon, ready_sandbox):
     assert all(v != "OK" for v in R["reads"].values()), \
         f"host secrets / daemon process readable: {R['reads']}"
     assert R["hits"] == [], f"the daemon token is readable inside the sandbox at {R['hits']}"
+    assert_proc_as_reported(iso, R["proc_present"])
     assert R["scanned"] > 50, f"the token search scanned too little to mean anything: {R}"
     if "api_error" not in R:  # host network mode (the default): the port is reachable
         assert R["api_status"] == 401, f"the API answered a token-less sandbox: {R}"
@@ -304,11 +328,15 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
     directly and through /proc/self/root/proc/sys and /proc/1/root/proc/sys;
     unmount the read-only cover of /proc/sys.
     Must hold: /sys is absent; every write fails; /proc/sys is mounted
-    read-only; the host's values are unchanged.
+    read-only; the host's values are unchanged. At basic (no procfs,
+    RUNTIME.md §4) /proc itself must be absent and cannot be made: creating
+    /proc and mounting a procfs fail (every write above then fails too, and
+    the host's values are still compared).
     (This kernel has no CONFIG_MAGIC_SYSRQ: /proc/sys/kernel/sysrq and
     /proc/sysrq-trigger do not exist on the host either; they are attempted
     anyway and the other files carry the check.)"""
     sb = ready_sandbox
+    iso = isolation(sb)
     files = ["/proc/sys/kernel/sysrq", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname",
              "/proc/sys/kernel/modprobe", "/proc/sys/user/max_user_namespaces",
              "/proc/sys/vm/overcommit_memory"]
@@ -340,7 +368,11 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
                     R["writes"][p] = oserr(rewrite, p)
         R["writes"]["/proc/sysrq-trigger"] = oserr(rewrite, "/proc/sysrq-trigger", b"h")
         R["umount /proc/sys"] = libcall("umount2", "/proc/sys", 2)[1] or "OK"  # MNT_DETACH
-        R["proc_sys_opts"] = [l.split()[3] for l in open("/proc/self/mounts") if l.split()[1] == "/proc/sys"]
+        R["proc_present"] = PROC
+        if PROC:
+            R["proc_sys_opts"] = [l.split()[3] for l in open("/proc/self/mounts") if l.split()[1] == "/proc/sys"]
+        R["mkdir /proc"] = oserr(os.mkdir, "/proc")
+        R["mount proc"] = libcall("mount", "proc", "/tmp", "proc", 0, None)[1] or "OK"
         R["sh_echo"] = os.system("echo 1 > /proc/sys/kernel/sysrq 2>/dev/null")
         ''', {"files": files})
     assert R["sys_exists"] is False, "/sys exists inside the sandbox"
@@ -348,7 +380,10 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
     ok = {k: v for k, v in R["writes"].items() if v == "OK"}
     assert ok == {}, f"/proc writes succeeded inside the sandbox: {ok}"
     assert R["umount /proc/sys"] != "OK", "the read-only cover of /proc/sys could be removed"
-    assert R["proc_sys_opts"] and all(o.split(",")[0] == "ro" for o in R["proc_sys_opts"]), R
+    assert R["mkdir /proc"] != "OK" and R["mount proc"] != "OK", f"a procfs could be made: {R}"
+    assert_proc_as_reported(iso, R["proc_present"])
+    if R["proc_present"]:
+        assert R["proc_sys_opts"] and all(o.split(",")[0] == "ro" for o in R["proc_sys_opts"]), R
     assert R["sh_echo"] != 0
     for f, v in host_before.items():
         assert Path(f).read_bytes() == v, f"host {f} changed"
@@ -362,8 +397,17 @@ def test_only_stdio_descriptors_reach_the_sandbox(ready_sandbox):
     (`ls -l /proc/self/fd`), looking for anything the daemon had open
     (database, sockets, other sandboxes' pipes, event fds).
     Must hold: each holds exactly 0, 1, 2 (ls also its own /proc/self/fd
-    directory); 0 is /dev/null, 1 and 2 are pipes."""
+    directory); 0 is /dev/null, 1 and 2 are pipes.
+    At basic there is no /proc to list (asserted): the command init started
+    and a process started by a shell then fstat(2) every descriptor below
+    RLIMIT_NOFILE, with the same expectation, and init's descriptors are
+    attacked directly: pidfd_open(getppid()) (init, confirmed from the
+    host) and pidfd_getfd(2) of descriptors 0-63 must all fail."""
     sb = ready_sandbox
+    iso = isolation(sb)
+    if not iso.private_procfs:
+        _stdio_only_without_procfs(sb, iso)
+        return
     body = sh(sb, "echo init; ls -l /proc/1/fd; echo shell; ls -l /proc/$$/fd; "
                   "echo self; ls -l /proc/self/fd")
     assert body["status"] == "SUCCEEDED", body
@@ -393,6 +437,64 @@ def test_only_stdio_descriptors_reach_the_sandbox(ready_sandbox):
     for fds in (f for f in sections.values() if f):
         assert fds[0] == "/dev/null", fds
         assert fds[1].startswith("pipe:") and fds[2].startswith("pipe:"), fds
+
+
+FD_LISTER = r'''
+import json, os, resource, stat
+def list_fds():
+    null = os.stat("/dev/null").st_rdev
+    out = {}
+    for fd in range(resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        m = st.st_mode
+        out[str(fd)] = ("/dev/null" if stat.S_ISCHR(m) and st.st_rdev == null else
+                        "pipe" if stat.S_ISFIFO(m) else "socket" if stat.S_ISSOCK(m) else
+                        "file" if stat.S_ISREG(m) else "dir" if stat.S_ISDIR(m) else oct(m))
+    return out
+'''
+
+
+def _stdio_only_without_procfs(sb, iso):
+    """Case 19 where the sandbox has no procfs (basic)."""
+    R, body = probe(sb, r'''
+        import subprocess
+        exec(P["lister"])
+        R["proc_present"] = PROC
+        R["command"] = list_fds()
+        out = subprocess.run(["sh", "-c", 'python3 -c "$0"; true',
+                              P["lister"] + "\nprint(json.dumps(list_fds()))"],
+                             stdout=subprocess.PIPE, close_fds=False, text=True).stdout
+        R["shell child"] = json.loads(out.strip().splitlines()[-1]) if out.strip() else out
+        R["ppid"] = os.getppid()
+        try:
+            pfd = os.pidfd_open(os.getppid())
+            R["pidfd_open init"] = "OK"
+            R["pidfd_getfd init"] = {str(fd): sc("pidfd_getfd", pfd, fd, 0)[1] or "OK"
+                                     for fd in range(64)}
+        except OSError as e:
+            R["pidfd_open init"] = errno.errorcode.get(e.errno, str(e.errno))
+        ''', {"lister": FD_LISTER})
+    assert_proc_as_reported(iso, R["proc_present"])
+    for who in ("command", "shell child"):
+        fds = R[who]
+        assert isinstance(fds, dict) and set(fds) == {"0", "1", "2"}, \
+            f"the {who} has descriptors beyond stdio: {fds}"
+        assert fds == {"0": "/dev/null", "1": "pipe", "2": "pipe"}, f"{who}: {fds}"
+    # The parent is the sandbox's init (same PID namespace as the host here).
+    try:
+        with open(f"/proc/{R['ppid']}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError as e:
+        parent = repr(e)
+    assert "sandloom-init" in parent, f"the command's parent is not init: {R['ppid']} {parent!r}"
+    if R["pidfd_open init"] == "OK":
+        got = {fd: v for fd, v in R["pidfd_getfd init"].items() if v == "OK"}
+        assert got == {}, f"init's descriptors taken with pidfd_getfd: {got}"
+    else:
+        assert R["pidfd_open init"] in ("EPERM", "ESRCH"), R
 
 
 # ---------------------------------------------------------------------------

@@ -9,15 +9,18 @@ import ctypes
 import json
 import os
 import secrets
+import shutil
 import stat
+import subprocess
 import textwrap
 import warnings
 from pathlib import Path
 
 import pytest
 
-from sec_helpers import (Background, file_fingerprint, probe, release_holder, require_tools, sh,
-                         wait_for)
+from sec_helpers import (Background, assert_proc_as_reported, file_fingerprint,
+                         hold_until_released, host_processes, isolation, probe, release_holder,
+                         require_tools, sh, wait_for)
 
 
 def _refused(v):
@@ -31,8 +34,14 @@ def test_mount_is_refused(ready_sandbox):
     tool (setuid on the host, nosuid inside), the mount(2) syscall, the new
     fsopen(2) API, and unmounting the read-only covers of /proc/sys.
     Must hold: all fail; no mount named <tag> appears inside or on the
-    host; /proc/sys stays mounted read-only."""
+    host; /proc/sys stays mounted read-only. At basic there is no /proc
+    (asserted), so no mount table to read inside and no /proc/sys to
+    uncover: there the mounts are checked by their effects instead: a file
+    put in /tmp before the attempts is still there afterwards with /tmp on
+    the same device and filesystem type (no tmpfs or bind mount covers it),
+    and / stays read-only (ST_RDONLY)."""
     sb = ready_sandbox
+    iso = isolation(sb)
     require_tools(sb, ["mount", "umount"])
     tag = "sandloom-sec-" + secrets.token_hex(6)
     b = sh(sb, f"mount -t tmpfs {tag} /tmp 2>&1 && echo MOUNTED-1; "
@@ -42,39 +51,97 @@ def test_mount_is_refused(ready_sandbox):
     assert "MOUNTED" not in b["stdout"], f"mount(8) succeeded inside the sandbox: {b}"
     R, _ = probe(sb, r'''
         tag = P["tag"]
+        def tmp_state():
+            st, vfs = os.stat("/tmp"), os.statvfs("/tmp")
+            return [st.st_dev, st.st_ino, vfs.f_fsid, vfs.f_blocks, os.path.exists("/tmp/" + tag)]
+        open("/tmp/" + tag, "w").close()
+        before = tmp_state()
         R["mount tmpfs"] = libcall("mount", tag, "/tmp", "tmpfs", 0, None)[1] or "OK"
         R["mount bind"] = libcall("mount", "/workspace", "/tmp", None, 4096, None)[1] or "OK"
         R["mount proc"] = libcall("mount", "proc", "/tmp", "proc", 0, None)[1] or "OK"
         R["fsopen"] = sc("fsopen", "tmpfs", 0)[1] or "OK"
         R["umount /proc/sys"] = libcall("umount2", "/proc/sys", 0)[1] or "OK"
         R["umount /etc"] = libcall("umount2", "/etc", 2)[1] or "OK"
-        R["mounts"] = open("/proc/self/mounts").read()
+        R["mounts"] = open("/proc/self/mounts").read() if PROC else None
+        R["effects"] = {"tmp_before": before, "tmp_after": tmp_state(),
+                        "root_readonly": bool(os.statvfs("/").f_flag & 1), "proc": PROC,
+                        "proc_sys": os.path.lexists("/proc/sys")}
         ''', {"tag": tag})
-    mounts = R.pop("mounts")
+    mounts, effects = R.pop("mounts"), R.pop("effects")
     assert all(_refused(v) for v in R.values()), f"mount syscalls succeeded: {R}"
-    assert tag not in mounts
-    assert any(l.split()[1] == "/proc/sys" and l.split()[3].startswith("ro")
-               for l in mounts.splitlines()), mounts
+    assert_proc_as_reported(iso, effects["proc"])
+    if effects["proc"]:
+        assert tag not in mounts
+        assert any(l.split()[1] == "/proc/sys" and l.split()[3].startswith("ro")
+                   for l in mounts.splitlines()), mounts
+    else:
+        assert not effects["proc_sys"], effects
+    assert effects["tmp_after"] == effects["tmp_before"] and effects["tmp_after"][-1], \
+        f"/tmp changed under the mount attempts (covered by another mount?): {effects}"
+    assert effects["root_readonly"], f"/ is no longer read-only inside the sandbox: {effects}"
     with open("/proc/self/mountinfo") as f:
         assert tag not in f.read(), "a sandbox mount appeared on the host"
 
 
 # ---------------------------------------------------------------------------
 # 6
-def test_nested_user_namespaces_are_disabled(ready_sandbox):
+def _max_user_namespaces_from_host(daemon, sb):
+    """{user namespace: user.max_user_namespaces as seen inside it} for the
+    user namespaces of sb's live processes, read from the host as root with
+    nsenter(1) while a command of sb runs."""
+    nsenter = shutil.which("nsenter")
+    if not nsenter:
+        pytest.fail("this host cannot run the case at a level without /proc in the sandbox: "
+                    "nsenter(1) is needed to read max_user_namespaces from the host", pytrace=False)
+    ws = daemon.sandbox_root / sb.id / "workspace"
+    holder = hold_until_released(sb, "userns-check", "stop-userns", pre="touch /workspace/userns-ready;")
+    values = {}
+    try:
+        assert wait_for(lambda: (ws / "userns-ready").exists(), 10), "the sandbox's holder never ran"
+        for pid, _, cmd in host_processes(sb.uid):
+            try:
+                ns = os.readlink(f"/proc/{pid}/ns/user")
+            except OSError:
+                continue
+            if ns in values:
+                continue
+            r = subprocess.run([nsenter, "--user", "--target", str(pid), "cat",
+                                "/proc/sys/user/max_user_namespaces"],
+                               capture_output=True, text=True, timeout=10)
+            values[ns] = r.stdout.strip() if r.returncode == 0 else f"nsenter failed: {r.stderr}"
+    finally:
+        release_holder(daemon, sb, "stop-userns")
+        holder.result()
+    assert values, f"no live process of the sandbox's uid {sb.uid} to inspect"
+    return values
+
+
+def test_nested_user_namespaces_are_disabled(daemon, ready_sandbox):
     """Attempt: `unshare -U true`, `unshare -r true` (map root), `unshare -m`,
     `unshare -n`, and unshare(2) with CLONE_NEWUSER / CLONE_NEWNS /
     CLONE_NEWNET directly.
     Must hold: all fail (ENOSPC for user namespaces because
     max_user_namespaces is 0 in the sandbox's namespace, EPERM for the
-    others: no capabilities)."""
+    others: no capabilities). Where the sandbox has no /proc (basic, which
+    is asserted) the 0 cannot be read inside: the test reads it from the
+    host instead, inside the user namespace of the sandbox's live processes
+    (nsenter --user, as root), while a command of the sandbox runs."""
     sb = ready_sandbox
+    iso = isolation(sb)
     require_tools(sb, ["unshare"])
     b = sh(sb, "unshare -U true 2>&1 && echo ESCAPED-U; unshare -r id -u 2>&1 && echo ESCAPED-r; "
                "unshare -m true 2>&1 && echo ESCAPED-m; unshare -n true 2>&1 && echo ESCAPED-n; "
-               "cat /proc/sys/user/max_user_namespaces")
+               "if [ -d /proc/self ]; then echo proc=yes; cat /proc/sys/user/max_user_namespaces; "
+               "else echo proc=no; fi")
     assert "ESCAPED" not in b["stdout"], f"unshare(1) succeeded: {b}"
-    assert b["stdout"].splitlines()[-1] == "0", b
+    lines = b["stdout"].splitlines()
+    assert_proc_as_reported(iso, "proc=yes" in lines)
+    if "proc=yes" in lines:
+        assert lines[-1] == "0", b
+    else:
+        values = _max_user_namespaces_from_host(daemon, sb)
+        assert values and set(values.values()) == {"0"}, \
+            f"max_user_namespaces in the sandbox's user namespace (read from the host): {values}"
     R, _ = probe(sb, r'''
         for name, flag in (("CLONE_NEWUSER", 0x10000000), ("CLONE_NEWNS", 0x00020000),
                            ("CLONE_NEWNET", 0x40000000), ("CLONE_NEWUSER|CLONE_NEWNS", 0x10020000),
@@ -245,8 +312,11 @@ def test_keyrings_are_private(keyring_daemon, make_sandbox):
     native keyctl is refused, the i386 one is refused too (EPERM or the
     process killed by SIGSYS), never executed. (On a host whose i386 ABI
     faults for every call, as this one's, that last check cannot be made:
-    the test says so with a warning.)"""
+    the test says so with a warning.) /proc/keys is read where the sandbox
+    has a procfs; at basic it must be absent (asserted) and the keyctl /
+    request_key attempts above carry the check."""
     daemon, host_keys = keyring_daemon
+    iso = isolation(daemon)
     a, b = make_sandbox(daemon, "key-a"), make_sandbox(daemon, "key-b")
     a_ws = daemon.sandbox_root / a.id / "workspace"
     tag = secrets.token_hex(8)
@@ -265,8 +335,9 @@ def test_keyrings_are_private(keyring_daemon, make_sandbox):
                 n, e3 = sc("keyctl", P["keyctl"]["describe"], r, buf, 256)
                 out[ring]["self_describe"] = buf.raw[:n].rstrip(b"\0").decode() if n > 0 else e3
         R["keys"] = out
-        with open("/workspace/keys.json", "w") as f:
+        with open("/workspace/keys.tmp", "w") as f:
             json.dump(out, f)
+        os.rename("/workspace/keys.tmp", "/workspace/keys.json")  # seen complete or not at all
         for _ in range(200):
             if os.path.exists("/workspace/keys-done"):
                 break
@@ -276,7 +347,8 @@ def test_keyrings_are_private(keyring_daemon, make_sandbox):
         assert wait_for(lambda: (a_ws / "keys.json").exists(), 15), "A never stored its keys"
         keys = json.loads((a_ws / "keys.json").read_text())
         R, _ = probe(b, INT80 + textwrap.dedent(r'''
-            R["proc_keys"] = open("/proc/keys").read()
+            R["proc_present"] = PROC
+            R["proc_keys"] = open("/proc/keys").read() if PROC else ""
             res = {}
             for name, k in P["keys"].items():
                 serial = k["serial"]
@@ -320,6 +392,7 @@ def test_keyrings_are_private(keyring_daemon, make_sandbox):
     elif R["native_join"] != "OK":
         assert R["i386_join"] in ("EPERM", "ENOSYS", "KILLED_SIGSYS"), \
             f"keyctl refused natively ({R['native_join']}) but ran through int 0x80: {R['i386_join']}"
+    assert_proc_as_reported(iso, R["proc_present"], "sandbox B")
     assert tag not in R["proc_keys"] and "sandloom-sec" not in R["proc_keys"], \
         f"B's /proc/keys lists foreign keys:\n{R['proc_keys']}"
 
@@ -359,11 +432,18 @@ def test_tiocsti_injection_is_impossible(ready_sandbox):
     """Attempt: ioctl(TIOCSTI=0x5412, "x") on /dev/tty and on descriptors 0,
     1 and 2, to push characters into a terminal outside the sandbox.
     Must hold: the sandbox has no controlling terminal (tty_nr 0, opening
-    /dev/tty fails with ENXIO) and every ioctl fails."""
+    /dev/tty fails with ENXIO) and every ioctl fails. At basic tty_nr
+    cannot be read (no /proc, asserted): there opening /dev/tty must fail
+    with exactly ENXIO, the kernel's answer for "no controlling terminal",
+    and none of 0, 1, 2 may be a terminal."""
     sb = ready_sandbox
+    iso = isolation(sb)
     R, _ = probe(sb, r'''
         c = ctypes.c_char(b"x")
-        R["tty_nr"] = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4])
+        R["proc_present"] = PROC
+        if PROC:
+            R["tty_nr"] = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[4])
+        R["isatty"] = [os.isatty(fd) for fd in (0, 1, 2)]
         try:
             fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
             R["open_dev_tty"] = "OK"
@@ -373,7 +453,12 @@ def test_tiocsti_injection_is_impossible(ready_sandbox):
         for fd in (0, 1, 2):
             R["ioctl fd%d" % fd] = libcall("ioctl", fd, 0x5412, ctypes.byref(c))[1] or "OK"
         ''')
-    assert R["tty_nr"] == 0, f"the sandbox has a controlling terminal: {R}"
+    assert_proc_as_reported(iso, R["proc_present"])
+    if R["proc_present"]:
+        assert R["tty_nr"] == 0, f"the sandbox has a controlling terminal: {R}"
+    else:
+        assert R["open_dev_tty"] == "ENXIO" and R["isatty"] == [False, False, False], \
+            f"the sandbox has a controlling terminal or a tty on stdio: {R}"
     assert R["open_dev_tty"] != "OK", f"/dev/tty opened inside the sandbox: {R}"
     ok = {k: v for k, v in R.items() if k.startswith("ioctl") and v == "OK"}
     assert ok == {}, f"TIOCSTI succeeded: {R}"
@@ -381,7 +466,92 @@ def test_tiocsti_injection_is_impossible(ready_sandbox):
 
 # ---------------------------------------------------------------------------
 # 17
-def test_setuid_binaries_gain_nothing(ready_sandbox):
+# In-sandbox credentials without /proc: getresuid + fsuid, capget(2),
+# prctl(PR_GET_NO_NEW_PRIVS), in the shapes of /proc/<pid>/status.
+CREDS = r"""
+import ctypes, json, os
+_libc = ctypes.CDLL(None, use_errno=True)
+class _CapHdr(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+def creds():
+    hdr, data = _CapHdr(0x20080522, 0), (_CapData * 2)()
+    if _libc.capget(ctypes.byref(hdr), data) != 0:
+        raise OSError(ctypes.get_errno(), "capget")
+    eff = data[0].effective | (data[1].effective << 32)
+    prm = data[0].permitted | (data[1].permitted << 32)
+    fsuid = _libc.setfsuid(-1)  # an invalid id changes nothing and returns the current one
+    return {"Uid": [str(x) for x in os.getresuid() + (fsuid,)], "CapEff": ["%016x" % eff],
+            "CapPrm": ["%016x" % prm], "NoNewPrivs": [str(_libc.prctl(39, 0, 0, 0, 0))]}
+"""
+
+SETUID_PROBE = r'''
+    import subprocess, time
+    exec(P["creds"])
+    R["proc_present"] = PROC
+    files = subprocess.run(["find", "/usr", "-xdev", "-type", "f", "(", "-perm", "-4000", "-o",
+                            "-perm", "-2000", ")"], capture_output=True, text=True).stdout.split()
+    R["setuid_files"] = files
+    procs = []
+    for f in files:
+        try:
+            p = subprocess.Popen([f], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+            procs.append((f, p))
+        except OSError as e:
+            R.setdefault("exec_errors", {})[f] = str(e)
+    time.sleep(0.5)
+    seen = {}
+    for f, p in procs:
+        try:
+            st = dict(l.split(":", 1) for l in open("/proc/%d/status" % p.pid) if ":" in l)
+            seen[f] = {k: st[k].split() for k in ("Uid", "Gid", "CapEff", "CapPrm", "NoNewPrivs")}
+        except OSError:
+            pass
+    R["seen"] = seen
+    if P["hold"]:
+        # No /proc here: the test inspects these processes from the host
+        # (same PID namespace) while they run, then creates the stop file.
+        R["self_pid"] = os.getpid()
+        R["pids"] = {f: p.pid for f, p in procs if p.poll() is None}
+        with open("/workspace/setuid-pids.tmp", "w") as out:
+            json.dump({"self": os.getpid(), "pids": R["pids"]}, out)
+        os.rename("/workspace/setuid-pids.tmp", "/workspace/setuid-pids.json")
+        for _ in range(300):
+            if os.path.exists("/workspace/setuid-inspected"):
+                break
+            time.sleep(0.1)
+    for f, p in procs:
+        p.kill()
+        p.wait()
+    if PROC:
+        r = subprocess.run(["su", "-c", "grep -E '^(Uid|CapEff):' /proc/self/status"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        st = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+        R["self_after"] = {k: st[k].split() for k in ("Uid", "CapEff", "NoNewPrivs")}
+    else:
+        with open("/tmp/creds.py", "w") as out:
+            out.write(P["creds"] + "\nprint(json.dumps(creds()))\n")
+        r = subprocess.run(["su", "-c", "python3 /tmp/creds.py"],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        c = creds()
+        R["self_after"] = {k: c[k] for k in ("Uid", "CapEff", "NoNewPrivs")}
+    R["su_c"] = [r.returncode, r.stdout, r.stderr[-300:]]
+'''
+
+
+def _status_from_host(pid):
+    """(argv[0], selected /proc/<pid>/status fields) of a host pid."""
+    with open(f"/proc/{pid}/status") as f:
+        st = dict(l.split(":", 1) for l in f if ":" in l)
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv0 = f.read().split(b"\0")[0].decode(errors="replace")
+    return argv0, {k: st[k].split() for k in ("Uid", "Gid", "CapEff", "CapPrm", "NoNewPrivs", "PPid")}
+
+
+def test_setuid_binaries_gain_nothing(daemon, ready_sandbox):
     """Attempt: find every setuid/setgid file under /usr (find -perm -4000 /
     -2000) and run each with a stdin that never closes, so those that
     prompt or spawn a shell (su, passwd, ...) stay alive long enough to be
@@ -389,51 +559,70 @@ def test_setuid_binaries_gain_nothing(ready_sandbox):
     Must hold: while they run, their /proc/<pid>/status shows all four
     uids 0 (i.e. the sandbox's own uid; an unmapped host uid would show as
     65534), CapEff 0 and NoNewPrivs 1; afterwards the sandbox's own
-    CapEff is still 0."""
+    CapEff is still 0.
+    At basic the sandbox has no /proc (asserted) and shares the host's PID
+    namespace: the running programs are inspected from the host instead
+    (the probe hands over their pids and waits): each is the program
+    started (argv[0], parent = the probe), all four uids are the sandbox's
+    host uid, its gids are the probe's own, CapEff and CapPrm 0,
+    NoNewPrivs 1. The sandbox's own credentials (and those of the command
+    run through su) come from getresuid/setfsuid, capget(2) and
+    prctl(PR_GET_NO_NEW_PRIVS)."""
     sb = ready_sandbox
+    iso = isolation(sb)
     require_tools(sb, ["find", "su"])
-    R, body = probe(sb, r'''
-        import subprocess, time
-        files = subprocess.run(["find", "/usr", "-xdev", "-type", "f", "(", "-perm", "-4000", "-o",
-                                "-perm", "-2000", ")"], capture_output=True, text=True).stdout.split()
-        R["setuid_files"] = files
-        procs = []
-        for f in files:
-            try:
-                p = subprocess.Popen([f], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-                procs.append((f, p))
-            except OSError as e:
-                R.setdefault("exec_errors", {})[f] = str(e)
-        time.sleep(0.5)
-        seen = {}
-        for f, p in procs:
-            try:
-                st = dict(l.split(":", 1) for l in open("/proc/%d/status" % p.pid) if ":" in l)
-                seen[f] = {k: st[k].split() for k in ("Uid", "Gid", "CapEff", "CapPrm", "NoNewPrivs")}
-            except OSError:
-                pass
-        R["seen"] = seen
-        for f, p in procs:
-            p.kill()
-            p.wait()
-        r = subprocess.run(["su", "-c", "grep -E '^(Uid|CapEff):' /proc/self/status"],
-                           capture_output=True, text=True, stdin=subprocess.DEVNULL)
-        R["su_c"] = [r.returncode, r.stdout, r.stderr[-300:]]
-        st = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
-        R["self_after"] = {k: st[k].split() for k in ("Uid", "CapEff", "NoNewPrivs")}
-        ''', http_timeout=120)
+    hold = not iso.private_procfs
+    params = {"creds": CREDS, "hold": hold}
+    host_seen = {}
+    if not hold:
+        R, body = probe(sb, SETUID_PROBE, params, http_timeout=120)
+    else:
+        ws = daemon.sandbox_root / sb.id / "workspace"
+        job = Background(probe, sb, SETUID_PROBE, params, http_timeout=120)
+        try:
+            assert wait_for(lambda: (ws / "setuid-pids.json").exists(), 60), \
+                "the probe never handed over the setuid programs' pids"
+            handed = json.loads((ws / "setuid-pids.json").read_text())
+            _, me = _status_from_host(handed["self"])
+            for f, pid in handed["pids"].items():
+                try:
+                    argv0, st = _status_from_host(pid)
+                except OSError as e:
+                    host_seen[f] = {"error": repr(e)}
+                    continue
+                host_seen[f] = dict(st, argv0=argv0, probe_pid=str(handed["self"]),
+                                    probe_gid=me["Gid"])
+        finally:
+            release_holder(daemon, sb, "setuid-inspected")
+            R, body = job.result(120)
+        if os.environ.get("SANDLOOM_SEC_VERBOSE"):
+            print(f"\n[host view of {sb.id}'s setuid programs] {json.dumps(host_seen, sort_keys=True)}")
     assert R["setuid_files"], "premise: the host has setuid files under /usr (none found)"
-    assert R["seen"], (f"no setuid program stayed alive long enough to inspect "
-                       f"(started: {R['setuid_files']}, errors: {R.get('exec_errors')})")
-    for f, st in R["seen"].items():
-        assert st["Uid"] == ["0", "0", "0", "0"], f"{f} changed uid: {st}"
+    assert_proc_as_reported(iso, R["proc_present"])
+    seen = host_seen if hold else R["seen"]
+    assert seen, (f"no setuid program stayed alive long enough to inspect "
+                  f"(started: {R['setuid_files']}, errors: {R.get('exec_errors')})")
+    for f, st in seen.items():
+        if not hold:
+            assert st["Uid"] == ["0", "0", "0", "0"], f"{f} changed uid: {st}"
+        else:
+            assert "error" not in st, f"{f} vanished before the host could inspect it: {st}"
+            assert st["argv0"] == f and st["PPid"] == [st["probe_pid"]], \
+                f"the pid handed over for {f} is another process: {st}"
+            assert st["Uid"] == [str(sb.uid)] * 4, \
+                f"{f} changed uid (host view, sandbox uid {sb.uid}): {st}"
+            assert st["Gid"] == st["probe_gid"], f"{f} changed gid (host view): {st}"
         assert int(st["CapEff"][0], 16) == 0 and int(st["CapPrm"][0], 16) == 0, f"{f} gained caps: {st}"
         assert st["NoNewPrivs"] == ["1"], st
     if R["su_c"][0] == 0:
-        assert "CapEff:\t0000000000000000" in R["su_c"][1] or \
-            "0000000000000000" in R["su_c"][1].split("CapEff:")[1], R["su_c"]
-        assert R["su_c"][1].split("Uid:")[1].split()[:4] == ["0", "0", "0", "0"], R["su_c"]
+        if R["proc_present"]:
+            assert "CapEff:\t0000000000000000" in R["su_c"][1] or \
+                "0000000000000000" in R["su_c"][1].split("CapEff:")[1], R["su_c"]
+            assert R["su_c"][1].split("Uid:")[1].split()[:4] == ["0", "0", "0", "0"], R["su_c"]
+        else:
+            c = json.loads(R["su_c"][1].strip().splitlines()[-1])
+            assert c["Uid"] == ["0", "0", "0", "0"] and c["CapEff"] == ["0000000000000000"] and \
+                c["CapPrm"] == ["0000000000000000"] and c["NoNewPrivs"] == ["1"], R["su_c"]
     assert R["self_after"] == {"Uid": ["0", "0", "0", "0"], "CapEff": ["0000000000000000"],
                                "NoNewPrivs": ["1"]}, R["self_after"]
 
@@ -518,8 +707,11 @@ def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
     /proc/1/root and /proc/self/root.
     Must hold: chroot and pivot_root fail with EPERM; walking ".." from any
     of those starting points ends at the sandbox's own root (same listing
-    as /, no host-only entry such as /var or /root)."""
+    as /, no host-only entry such as /var or /root). At basic there is no
+    /proc (asserted): the /proc starting points must not exist (ENOENT),
+    and the chroot walk carries the check."""
     sb = ready_sandbox
+    iso = isolation(sb)
     R, _ = probe(sb, r'''
         os.makedirs("/tmp/jail/inner", exist_ok=True)
         keep = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
@@ -531,6 +723,7 @@ def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
         R["after_walk"] = sorted(os.listdir("."))
         R["pivot_root"] = sc("pivot_root", ".", ".")[1] or "OK"
         R["root"] = sorted(os.listdir("/"))
+        R["proc_present"] = PROC
         for start in ("/proc/1/root", "/proc/self/root", "/proc/1/cwd"):
             try:
                 os.chdir(start)
@@ -539,14 +732,21 @@ def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
                 # cannot even be followed. Stricter than needed; fine.
                 R["walk " + start] = "EACCES"
                 continue
+            except OSError as e:
+                R["walk " + start] = errno.errorcode.get(e.errno, str(e.errno))
+                continue
             for _ in range(64):
                 os.chdir("..")
             R["walk " + start] = sorted(os.listdir("."))
         ''')
     assert R["chroot"] == "EPERM" and R["chroot_dot"] == "EPERM", R
     assert R["pivot_root"] == "EPERM", R
+    assert_proc_as_reported(iso, R["proc_present"])
     for k in ("after_walk", "walk /proc/1/root", "walk /proc/self/root", "walk /proc/1/cwd"):
         if k.startswith("walk /proc/1/") and R[k] == "EACCES":
+            continue
+        if k.startswith("walk /proc/") and not R["proc_present"]:
+            assert R[k] == "ENOENT", f"{k} without a /proc: {R[k]}"
             continue
         assert R[k] == R["root"], f"{k} reached a different root: {R[k]} vs {R['root']}"
     assert "var" not in R["root"] and "root" not in R["root"] and "sys" not in R["root"], R["root"]
@@ -565,25 +765,57 @@ def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
     Must hold: every setns fails (EPERM, or EINVAL for a namespace the
     process is already in); the daemon's namespaces are not reachable
     (ENOENT/ESRCH); open_by_handle_at fails with EPERM; no /proc/*/exe
-    opens for writing and sandloom-init is unchanged on the host."""
+    opens for writing and sandloom-init is unchanged on the host; the
+    sandbox's python3 (a host file, read-only bind) does not open for
+    writing either.
+    At basic there is no /proc (asserted) and no PID namespace: setns(2)
+    is then aimed at init's namespaces through a pidfd of the command's
+    parent, and pidfd_open(daemon pid) may succeed (the PID is visible by
+    design), but that pidfd must be useless: setns into each of the
+    daemon's namespaces through it fails (EPERM/EINVAL), pidfd_getfd(2) of
+    its descriptors and pidfd_send_signal(2) fail with EPERM."""
     sb = ready_sandbox
+    iso = isolation(sb)
     init = Path(os.readlink(f"/proc/{daemon.proc.pid}/exe")).parent / "sandloom-init"
     init_fp = file_fingerprint(init) if init.exists() else None
     R, _ = probe(sb, r'''
+        NS = {"cgroup": 0x02000000, "ipc": 0x08000000, "mnt": 0x00020000, "net": 0x40000000,
+              "pid": 0x20000000, "time": 0x00000080, "user": 0x10000000, "uts": 0x04000000}
+        R["proc_present"] = PROC
         res = {}
-        for ns in sorted(os.listdir("/proc/1/ns")):
+        if PROC:
+            for ns in sorted(os.listdir("/proc/1/ns")):
+                try:
+                    fd = os.open("/proc/1/ns/" + ns, os.O_RDONLY)
+                except OSError as e:
+                    res["open " + ns] = errno.errorcode.get(e.errno)
+                    continue
+                res["setns " + ns] = sc("setns", fd, 0)[1] or "OK"
+                os.close(fd)
+        else:
+            # No /proc: init's namespaces through a pidfd of the parent (init).
             try:
-                fd = os.open("/proc/1/ns/" + ns, os.O_RDONLY)
+                pfd = os.pidfd_open(os.getppid())
+                R["pidfd_open init"] = "OK"
+                for ns, flag in sorted(NS.items()):
+                    res["setns " + ns + " via pidfd"] = sc("setns", pfd, flag)[1] or "OK"
+                res["setns all via pidfd"] = sc("setns", pfd, sum(NS.values()))[1] or "OK"
             except OSError as e:
-                res["open " + ns] = errno.errorcode.get(e.errno)
-                continue
-            res["setns " + ns] = sc("setns", fd, 0)[1] or "OK"
-            os.close(fd)
+                R["pidfd_open init"] = errno.errorcode.get(e.errno, str(e.errno))
         R["own"] = res
         d = P["dpid"]
         R["daemon_ns"] = {ns: oserr(os.open, "/proc/%d/ns/%s" % (d, ns), os.O_RDONLY)
                           for ns in ("mnt", "user", "pid", "net")}
         R["pidfd_open"] = oserr(os.pidfd_open, d)
+        if R["pidfd_open"] == "OK":
+            dfd = os.pidfd_open(d)
+            use = {}
+            for ns, flag in sorted(NS.items()):
+                use["setns " + ns] = sc("setns", dfd, flag)[1] or "OK"
+            use["setns all"] = sc("setns", dfd, sum(NS.values()))[1] or "OK"
+            use["pidfd_getfd"] = sorted({sc("pidfd_getfd", dfd, fd, 0)[1] or "OK" for fd in range(64)})
+            use["pidfd_send_signal 0"] = sc("pidfd_send_signal", dfd, 0, None, 0)[1] or "OK"
+            R["daemon pidfd"] = use
         class FH(ctypes.Structure):
             _fields_ = [("handle_bytes", ctypes.c_uint), ("handle_type", ctypes.c_int),
                         ("f_handle", ctypes.c_ubyte * 128)]
@@ -603,13 +835,29 @@ def test_setns_and_open_by_handle_at_fail(daemon, ready_sandbox):
             R["exe"][p + " O_RDWR"] = oserr(os.open, p, os.O_RDWR)
             R["exe"][p + " O_PATH->/proc/self/fd O_WRONLY"] = oserr(
                 lambda: os.open("/proc/self/fd/%d" % os.open(p, os.O_PATH), os.O_WRONLY))
+        R["exe"]["python3 O_WRONLY"] = oserr(os.open, os.path.realpath(sys.executable), os.O_WRONLY)
         ''', {"dpid": daemon.proc.pid})
     # EACCES on opening /proc/1/ns/*: a warm session's init is not dumpable.
     bad = {k: v for k, v in R["own"].items()
            if v == "OK" or v not in ("EPERM", "EINVAL", "EACCES")}
     assert bad == {}, f"setns into the sandbox's namespaces did something: {R['own']}"
+    assert_proc_as_reported(iso, R["proc_present"])
+    if not R["proc_present"]:
+        assert R["pidfd_open init"] in ("OK", "EPERM", "ESRCH"), R
+        assert R["pidfd_open init"] != "OK" or R["own"], R
     assert all(v in ("ENOENT", "ESRCH", "EACCES", "EPERM") for v in R["daemon_ns"].values()), R
-    assert R["pidfd_open"] in ("ESRCH", "EPERM"), R
+    if iso.pid_namespace:
+        assert R["pidfd_open"] in ("ESRCH", "EPERM"), R
+    else:
+        # No PID namespace (basic): the daemon's pid is visible by design;
+        # a pidfd of it must give nothing.
+        assert R["pidfd_open"] in ("OK", "ESRCH", "EPERM"), R
+        use = R.get("daemon pidfd", {})
+        bad = {k: v for k, v in use.items() if k.startswith("setns") and v not in ("EPERM", "EINVAL")}
+        assert bad == {}, f"setns into the daemon's namespaces through its pidfd: {use}"
+        if use:
+            assert use["pidfd_getfd"] == ["EPERM"], f"the daemon's descriptors through pidfd_getfd: {use}"
+            assert use["pidfd_send_signal 0"] == "EPERM", f"the daemon can be signalled: {use}"
     assert R["open_by_handle_at"] == "EPERM" and R["open_by_handle_at root"] == "EPERM", R
     ok = {k: v for k, v in R["exe"].items() if v == "OK"}
     assert ok == {}, f"a host executable opened for writing through /proc/*/exe: {ok}"

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from sec_helpers import (Background, hold_until_released, host_processes, probe, release_holder,
-                         run, sh, wait_for)
+from sec_helpers import (Background, assert_proc_as_reported, hold_until_released, host_processes,
+                         isolation, probe, release_holder, run, sh, wait_for)
 
 
 # ---------------------------------------------------------------------------
@@ -23,7 +23,14 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
     aimed at B or the daemon fails (ESRCH/EPERM); an attach that succeeds
     can only be on A's own processes (A already controls them) and is
     detached cleanly; B's command is untouched (not traced, finishes
-    normally) and the daemon keeps answering."""
+    normally) and the daemon keeps answering. pidfd_send_signal(SIGKILL)
+    through a pidfd of each of those host pids fails too (pidfd_open ESRCH
+    in a PID namespace; EPERM on the signal at basic).
+    At basic there is no PID namespace and no /proc (asserted): A lists
+    no process at all, and the only process of its own it knows, its init
+    (getppid), stands in for "every pid in its /proc"; the attacks on B's
+    and the daemon's host pids are the same and must fail the same way."""
+    iso = isolation(daemon)
     a, b = make_sandbox(daemon, "pt-a"), make_sandbox(daemon, "pt-b")
     marker = "pt-marker-" + secrets.token_hex(8)
     b_ws = daemon.sandbox_root / b.id / "workspace"
@@ -36,14 +43,17 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
         R, body = probe(a, r'''
             me = os.getpid()
             res, attached = {}, {}
-            visible = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+            R["proc_present"] = PROC
+            visible = [int(p) for p in os.listdir("/proc") if p.isdigit()] if PROC else []
+            # Without /proc the only process of its own A knows is its init.
+            R["own"] = visible if PROC else [os.getppid()]
             R["visible_cmdlines"] = {}
             for pid in visible:
                 try:
                     R["visible_cmdlines"][pid] = read_bytes("/proc/%d/cmdline" % pid, 300).replace(b"\0", b" ").decode()
                 except OSError:
                     pass
-            targets = [p for p in visible if p != me] + P["b_pids"] + [P["dpid"]]
+            targets = [p for p in R["own"] if p != me] + P["b_pids"] + [P["dpid"]]
             for pid in targets:
                 r, e = libcall("ptrace", 16, pid, None, None)  # PTRACE_ATTACH
                 res[str(pid)] = e or "OK"
@@ -54,6 +64,15 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
             R["attach"] = res
             R["attached"] = attached
             R["kill"] = {str(p): oserr(os.kill, p, 9) for p in P["b_pids"] + [P["dpid"]]}
+            R["pidfd kill"] = {}
+            for p in P["b_pids"] + [P["dpid"]]:
+                try:
+                    fd = os.pidfd_open(p)
+                except OSError as e:
+                    R["pidfd kill"][str(p)] = errno.errorcode.get(e.errno, str(e.errno))
+                    continue
+                R["pidfd kill"][str(p)] = sc("pidfd_send_signal", fd, 9, None, 0)[1] or "OK"
+                os.close(fd)
             ''', {"b_pids": b_pids, "dpid": dpid})
         tracers = {}
         for pid in b_pids:
@@ -67,14 +86,19 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
     finally:
         release_holder(daemon, b, "stop-pt")
         held = holder.result()
+    assert_proc_as_reported(iso, R["proc_present"], "sandbox A")
     assert not any(marker in c or "sleep 20" in c for c in R["visible_cmdlines"].values()), \
         f"A sees B's processes: {R['visible_cmdlines']}"
     for pid in b_pids + [dpid]:
         assert R["attach"][str(pid)] in ("ESRCH", "EPERM"), \
             f"ptrace attach to host pid {pid} (B or daemon) gave {R['attach'][str(pid)]}"
         assert R["kill"][str(pid)] in ("ESRCH", "EPERM"), R["kill"]
+        assert R["pidfd kill"][str(pid)] in ("ESRCH", "EPERM"), R["pidfd kill"]
     for pid, cmd in R["attached"].items():
-        assert int(pid) in [int(p) for p in R["visible_cmdlines"]], R
+        if R["proc_present"]:
+            assert int(pid) in [int(p) for p in R["visible_cmdlines"]], R
+        else:
+            assert int(pid) in R["own"], R
     assert all(t == "0" for t in tracers.values()), f"B's processes are being traced: {tracers}"
     assert "kill-rc=0" not in shell["stdout"], shell
     assert held["status"] == "SUCCEEDED" and held["stdout"] == "held\n", \
