@@ -360,6 +360,55 @@ static void h_exec_cancel(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* ---- admin ------------------------------------------------------------------- */
+
+/* A string query parameter of at most `max` characters, NULL when absent. */
+static const char *query_bounded(struct sl_request *req, struct sl_validation *v,
+                                 const char *name, size_t max)
+{
+    size_t len = 0;
+    const char *s = query_n(req, name, &len);
+    if (s && (len > max || strlen(s) != len || sl_v_utf8_len(s, len) > max)) {
+        sl_v_fail(v, name);
+        return NULL;
+    }
+    return s;
+}
+
+/* Paging of §3.18: limit 1–200 (422 above, not clamped), offset ≥ 0. */
+static void query_paging(struct sl_request *req, struct sl_validation *v, int64_t *limit,
+                         int64_t *offset)
+{
+    sl_v_query_int(v, query(req, "limit"), "limit", false, 1, 200, 50, limit);
+    sl_v_query_int(v, query(req, "offset"), "offset", false, 0, INT64_MAX, 0, offset);
+}
+
+static void h_admin_execs(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t limit = 50, offset = 0;
+    const char *sandbox_id = query_bounded(req, &v, "sandbox_id", 128);
+    const char *status = query_bounded(req, &v, "status", 32);
+    query_paging(req, &v, &limit, &offset);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_admin_execs(req->svc, sandbox_id && *sandbox_id ? sandbox_id : NULL,
+                                         status && *status ? status : NULL, limit, offset, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_admin_exec(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_admin_exec(req->svc, req->params[0], req->params[1], &err);
+    respond_result(resp, doc, &err);
+}
+
 /* ---- files ------------------------------------------------------------------- */
 
 static bool body_path(struct sl_validation *v, const json_t *b, const char *field,
@@ -515,6 +564,11 @@ static void h_file_move(struct sl_request *req, struct sl_response *resp)
 
 static const struct sl_query_param Q_GENERATION[] = {{"generation", "integer", true},
                                                      {NULL, NULL, false}};
+static const struct sl_query_param Q_ADMIN_EXECS[] = {{"sandbox_id", "string", false},
+                                                      {"status", "string", false},
+                                                      {"limit", "integer", false},
+                                                      {"offset", "integer", false},
+                                                      {NULL, NULL, false}};
 static const struct sl_query_param Q_FILE[] = {
     {"path", "string", true}, {"generation", "integer", true}, {NULL, NULL, false}};
 static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
@@ -551,6 +605,10 @@ const struct sl_route_def sl_routes[] = {
      "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0},
+    {"GET", "/api/v1/admin/execs", h_admin_execs, true, false, "adminListExecutions",
+     "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0},
+    {"GET", "/api/v1/admin/execs/{sandbox_id}/{exec_id}", h_admin_exec, true, false,
+     "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0},
     {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
      "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,

@@ -96,6 +96,12 @@ json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const ch
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);
+/* Admin (API.md §3.18): paged records without output (limit/offset
+ * already validated), and one record with its output (EXEC_NOT_FOUND). */
+json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const char *status,
+                           int64_t limit, int64_t offset, struct sl_error *err);
+json_t *sl_svc_admin_exec(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                          struct sl_error *err);
 /* Kill every running command and wait until each has been recorded
  * (CANCELLED) and its waiter answered. Before stopping the HTTP server. */
 void sl_service_stop_execs(struct sl_service *svc);

@@ -78,6 +78,8 @@ enum stmt_id {
     ST_EXEC_MARK_WORKER,
     ST_WORKER_UPDATE,
     ST_WORKER_INSERT,
+    ST_EXEC_LIST,
+    ST_EXEC_COUNT,
     ST_COUNT
 };
 
@@ -121,6 +123,14 @@ static const char *const stmt_sql[ST_COUNT] = {
                         "last_active_at = CASE WHEN status IN ('SUSPENDING', 'SUSPENDED') "
                         "THEN last_active_at ELSE ?5 END, updated_at = ?5 "
                         "WHERE sandbox_id = ?1 AND generation = ?2",
+    /* The admin list: output columns read as NULL (the list has none). */
+    [ST_EXEC_LIST] = "SELECT sandbox_id, exec_id, generation, worker_id, status, command_json, "
+                     "exec_scope, exit_code, NULL, NULL, truncated, started_at, finished_at, "
+                     "created_at FROM " EXEC_TABLE
+                     " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
+                     "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
+    [ST_EXEC_COUNT] = "SELECT COUNT(*) FROM " EXEC_TABLE
+                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
     [ST_EXEC_RUNNING] = "SELECT exec_scope, command_json FROM " EXEC_TABLE
@@ -852,6 +862,57 @@ static int sqlite_exec_get(struct sl_store *s, const char *sandbox_id, const cha
     return exec_lookup(st, sandbox_id, exec_id, out, err);
 }
 
+static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
+                            struct sl_exec_record **out, size_t *n, int64_t *total,
+                            struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    *total = 0;
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    {
+        _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_COUNT, err);
+        if (!stmt)
+            return -1;
+        struct binder b = {stmt, SQLITE_OK};
+        bind_text(&b, 1, f->sandbox_id);
+        bind_text(&b, 2, f->status);
+        if (bind_done(st, &b, err) < 0 || step(st, stmt, err) < 0)
+            return -1;
+        *total = sqlite3_column_int64(stmt, 0);
+    }
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_LIST, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, f->sandbox_id);
+    bind_text(&b, 2, f->status);
+    bind_int64(&b, 3, f->limit);
+    bind_int64(&b, 4, f->offset);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    struct sl_exec_record *v = calloc((size_t)(f->limit > 0 ? f->limit : 1), sizeof(*v));
+    if (!v)
+        return oom(err);
+    size_t count = 0;
+    int r = 0;
+    while (count < (size_t)f->limit && (r = step(st, stmt, err)) == 1) {
+        if (exec_read(stmt, &v[count], err) < 0) {
+            sl_exec_records_free(v, count);
+            return -1;
+        }
+        count++;
+    }
+    if (count < (size_t)f->limit && r < 0) {
+        sl_exec_records_free(v, count);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
 /* Admission step 4.2: the route must be live at the request's generation. */
 static int admit_check_route(struct sqlite_store *st, const struct sl_exec_record *rec,
                              struct sl_error *err)
@@ -1168,6 +1229,7 @@ static const struct sl_store_ops sqlite_ops = {
     .route_touch = sqlite_route_touch,
     .exec_get = sqlite_exec_get,
     .exec_admit = sqlite_exec_admit,
+    .exec_list = sqlite_exec_list,
     .exec_finish = sqlite_exec_finish,
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,

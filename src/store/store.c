@@ -87,3 +87,10 @@ void sl_exec_record_clear(struct sl_exec_record *e)
     free(e->stderr_text);
     memset(e, 0, sizeof(*e));
 }
+
+void sl_exec_records_free(struct sl_exec_record *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        sl_exec_record_clear(&v[i]);
+    free(v);
+}

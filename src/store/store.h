@@ -76,6 +76,13 @@ struct sl_exec_record {
     int64_t created_at;
 };
 void sl_exec_record_clear(struct sl_exec_record *e);
+void sl_exec_records_free(struct sl_exec_record *v, size_t n);
+
+struct sl_exec_filter {
+    const char *sandbox_id; /* NULL = any */
+    const char *status;     /* NULL = any */
+    int64_t limit, offset;
+};
 
 struct sl_worker_row {
     const char *worker_id;
@@ -144,6 +151,14 @@ struct sl_store_ops {
      * `status`; used at startup for executions of a previous incarnation. */
     int (*exec_mark_worker_running)(struct sl_store *s, const char *worker_id, const char *status,
                                     int64_t now, struct sl_error *err);
+
+    /* Admin listing (API.md §3.18): records matching the filter (NULL =
+     * any), newest created first, `limit` from `offset`, without their
+     * output; *total is the unpaged count. Caller frees with
+     * sl_exec_records_free. */
+    int (*exec_list)(struct sl_store *s, const struct sl_exec_filter *f,
+                     struct sl_exec_record **out, size_t *n, int64_t *total,
+                     struct sl_error *err);
 
     /* Workers: upsert the heartbeat row (FLEET.md §2.1). */
     int (*worker_upsert)(struct sl_store *s, const struct sl_worker_row *w, struct sl_error *err);
