@@ -50,6 +50,7 @@ static void block_handled_signals(sigset_t *handled, sigset_t *original)
     sigaddset(handled, SIGINT);
     sigaddset(handled, SIGHUP);
     sigaddset(handled, SIGQUIT);
+    sigaddset(handled, SL_INIT_PARENT_DEATH_SIGNAL);
     sigprocmask(SIG_BLOCK, handled, original);
 }
 
@@ -316,6 +317,7 @@ int main(int argc, char **argv)
     }
 
     pid_t self = getpid();
+    pid_t parent = getppid(); /* 0 when we are PID 1 of a namespace */
     /* Without a PID namespace, orphans of the command come to us rather
      * than to the host's init: we reap them like PID 1 does. */
     if (self != 1)
@@ -333,6 +335,21 @@ int main(int argc, char **argv)
         int sig = sigwaitinfo(&handled, &info);
         if (sig < 0)
             continue;
+        if (sig == SL_INIT_PARENT_DEATH_SIGNAL) {
+            /* The daemon died (the kernel's parent-death signal) when our
+             * parent changed (reparenting happens before the signal). As
+             * PID 1 of a namespace our parent reads as 0 and processes of
+             * the sandbox cannot signal us, so the signal came from
+             * outside. Otherwise (basic) it is a sandbox process's and is
+             * ignored. */
+            if (parent != 0 && getppid() == parent)
+                continue;
+            /* Nothing of this execution may outlive the daemon: kill(-1)
+             * reaches every process of the PID namespace, or at basic
+             * every process of this sandbox's unique uid. */
+            kill(-1, SIGKILL);
+            return 128 + SIGKILL;
+        }
         if (sig != SIGCHLD) {
             /* Our own forwarded copy comes back to us: not again. */
             if (info.si_code == SI_USER && info.si_pid == self)

@@ -19,9 +19,17 @@
 #ifndef SL_RUNTIME_SESSION_PROTO_H
 #define SL_RUNTIME_SESSION_PROTO_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #define SL_SESSION_MAGIC 0x534c5331u /* "SLS1" */
+/* One-shot mode: the signal the kernel sends sandloom-init when the daemon
+ * thread that spawned it dies (PR_SET_PDEATHSIG). Catchable on purpose:
+ * init answers it by killing every process it can reach (the whole PID
+ * namespace, or at basic every process of the sandbox's unique uid), so
+ * nothing of the sandbox outlives a daemon killed with -9. */
+#define SL_INIT_PARENT_DEATH_SIGNAL (SIGRTMIN + 2)
+
 #define SL_SESSION_NFDS 4
 #define SL_SESSION_TERM 'T'
 #define SL_SESSION_KILL 'K'

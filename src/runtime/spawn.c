@@ -10,6 +10,7 @@
  * reachable at /oldroot while /newroot is assembled, then /newroot becomes /
  * and the host tree is detached. */
 #include "runtime/spawn.h"
+#include "runtime/session_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -594,7 +595,8 @@ static void child_credentials(const struct spawn_child *c)
      * watches its control socket instead, which closes when the daemon dies
      * (and init then kills everything in the sandbox). */
     if (c->req->session_fd < 0)
-        CHILD_TRY(c, STAGE_PDEATHSIG, -1, prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0));
+        CHILD_TRY(c, STAGE_PDEATHSIG, -1,
+                  prctl(PR_SET_PDEATHSIG, SL_INIT_PARENT_DEATH_SIGNAL, 0, 0, 0));
     struct pollfd p = {.fd = c->sync_fd, .events = POLLIN};
     if (poll(&p, 1, 0) > 0 && (p.revents & POLLHUP))
         _exit(127); /* the parent died before the signal was armed */

@@ -420,6 +420,19 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
                                                          "WORKER_LOST", sl_now_us(), &ignored);
     if (lost > 0)
         sl_warn("marked %d executions of a previous run WORKER_LOST", lost);
+    /* Their processes must not outlive that run either. Warm sessions and
+     * PID namespaces end with the old daemon by themselves; at basic a
+     * command's children can survive its launcher. Each sandbox's uid is
+     * its own, so killing by uid reaches exactly them. */
+    int64_t *uids = NULL;
+    int nuids = svc->store->ops->route_uids_of_worker(svc->store, svc->worker_id, &uids, &ignored);
+    for (int i = 0; i < nuids; i++) {
+        struct sl_error kill_err = {0};
+        if (uids[i] > 0 && sl_rt_kill_sandbox(svc->runtime, (uid_t)uids[i], &kill_err) < 0)
+            sl_warn("cannot stop processes of sandbox uid %lld: %s", (long long)uids[i],
+                    sl_error_text(&kill_err));
+    }
+    free(uids);
     if (heartbeat(svc, NULL, err) < 0)
         return -1;
     if (pthread_create(&svc->loop_thread, NULL, service_loop, svc) != 0)

@@ -80,6 +80,7 @@ enum stmt_id {
     ST_WORKER_INSERT,
     ST_EXEC_LIST,
     ST_EXEC_COUNT,
+    ST_ROUTE_UIDS_OF_WORKER,
     ST_COUNT
 };
 
@@ -129,6 +130,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "created_at FROM " EXEC_TABLE
                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
                      "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
+    [ST_ROUTE_UIDS_OF_WORKER] = "SELECT DISTINCT sandbox_uid FROM " ROUTE_TABLE
+                                " WHERE worker_id = ?1 AND status <> 'RELEASED'",
     [ST_EXEC_COUNT] = "SELECT COUNT(*) FROM " EXEC_TABLE
                       " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
@@ -913,6 +916,42 @@ static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
     return 0;
 }
 
+static int sqlite_route_uids_of_worker(struct sl_store *s, const char *worker_id, int64_t **uids,
+                                       struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *uids = NULL;
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_UIDS_OF_WORKER, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, worker_id);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    size_t n = 0, cap = 0;
+    int64_t *v = NULL;
+    int r;
+    while ((r = step(st, stmt, err)) == 1) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int64_t *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                return oom(err);
+            }
+            v = nv;
+        }
+        v[n++] = sqlite3_column_int64(stmt, 0);
+    }
+    if (r < 0) {
+        free(v);
+        return -1;
+    }
+    *uids = v;
+    return (int)n;
+}
+
 /* Admission step 4.2: the route must be live at the request's generation. */
 static int admit_check_route(struct sqlite_store *st, const struct sl_exec_record *rec,
                              struct sl_error *err)
@@ -1230,6 +1269,7 @@ static const struct sl_store_ops sqlite_ops = {
     .exec_get = sqlite_exec_get,
     .exec_admit = sqlite_exec_admit,
     .exec_list = sqlite_exec_list,
+    .route_uids_of_worker = sqlite_route_uids_of_worker,
     .exec_finish = sqlite_exec_finish,
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,

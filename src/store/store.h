@@ -160,6 +160,13 @@ struct sl_store_ops {
                      struct sl_exec_record **out, size_t *n, int64_t *total,
                      struct sl_error *err);
 
+    /* The sandbox uids of routes assigned to worker_id that are not
+     * RELEASED (at startup: the sandboxes a previous incarnation of this
+     * worker ran, whose processes must not outlive it). Returns the count,
+     * *uids malloc'd (caller frees), -1 on error. */
+    int (*route_uids_of_worker)(struct sl_store *s, const char *worker_id, int64_t **uids,
+                                struct sl_error *err);
+
     /* Workers: upsert the heartbeat row (FLEET.md §2.1). */
     int (*worker_upsert)(struct sl_store *s, const struct sl_worker_row *w, struct sl_error *err);
 
