@@ -30,6 +30,10 @@ static json_t *admin_exec_item(const struct sl_exec_record *e, bool with_output)
         sl_json_ts(e->finished_at, "Z"), "created_at", sl_json_ts(e->created_at, "Z"),
         "duration_ms",
         sl_json_int_or_null(timed ? (e->finished_at - e->started_at) / 1000 : 0, !timed));
+    if (o)
+        json_object_set_new(o, "termination_reason",
+                            sl_json_str_or_null(e->termination_reason[0] ? e->termination_reason
+                                                                         : NULL));
     if (o && with_output) {
         json_object_set_new(o, "stdout",
                             json_stringn(e->stdout_text ? e->stdout_text : "",
@@ -61,6 +65,18 @@ json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const
     }
     return json_pack("{s:o,s:I,s:I,s:I}", "execs", items, "total", (json_int_t)total, "limit",
                      (json_int_t)limit, "offset", (json_int_t)offset);
+}
+
+json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t limit,
+                         struct sl_error *err)
+{
+    json_t *page = sl_svc_admin_execs(svc, sandbox_id, NULL, limit, 0, err);
+    if (!page)
+        return NULL;
+    json_t *out = json_pack("{s:O,s:O}", "recent", json_object_get(page, "execs"), "total",
+                            json_object_get(page, "total"));
+    json_decref(page);
+    return out;
 }
 
 json_t *sl_svc_admin_exec(struct sl_service *svc, const char *sandbox_id, const char *exec_id,

@@ -105,6 +105,7 @@ struct svc_exec {
     int global_fd, scope_fd;   /* the §4.4 locks, held for the run */
     struct sl_rt_exec *rt;     /* for cancel; set under execs_lock */
     struct sl_rt_exec_result res;
+    atomic_bool cancelled;     /* the client asked (API.md §3.11) */
     sl_exec_wait_fn wait;      /* NULL for background runs */
     void *wait_ctx;
     struct svc_exec *next;     /* in svc->execs */
@@ -202,9 +203,14 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
     rec->truncated = res->truncated;
     snprintf(rec->status, sizeof(rec->status), "%s",
              res->timed_out ? "TIMED_OUT" : res->exit_code == 0 ? "SUCCEEDED" : "FAILED");
-    /* The memory quota's kill is named, never left a bare failure. */
-    snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s",
-             res->oom_killed ? "OOM_KILLED" : res->timed_out ? "TIMED_OUT" : "");
+    /* Why it ended when that was not its own choice: the memory quota's
+     * kill is named, never left a bare failure; a client's cancel stays
+     * FAILED with the signal's code (§4.6) but says so here. */
+    const char *reason = res->oom_killed                                    ? "OOM_KILLED"
+                         : res->timed_out                                   ? "TIMED_OUT"
+                         : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED"
+                                                                            : "";
+    snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s", reason);
     rec->stdout_text =
         sl_utf8_repair(res->out.data ? res->out.data : "", res->out.len, &rec->stdout_len);
     rec->stderr_text =
@@ -485,6 +491,8 @@ json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const
             /* Signals only: the run ends through its normal path, FAILED
              * with the signal's negative code (§4.6). */
             cancelled = sl_rt_exec_cancel(x->rt);
+            if (cancelled)
+                atomic_store(&x->cancelled, true);
             break;
         }
     pthread_mutex_unlock(&svc->execs_lock);

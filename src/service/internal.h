@@ -87,6 +87,12 @@ int svc_live_count(struct sl_service *svc);
  * (§10.1 step 5); failures are logged, not raised. */
 void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
 
+/* service/admin.c: {"recent": [admin items, newest first], "total": N} of
+ * one sandbox's executions, for its audit trail. */
+#define SVC_AUDIT_RECENT_EXECS 20
+json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t limit,
+                         struct sl_error *err);
+
 /* service/exec.c: set up / stop the execution table and completion pool. */
 int svc_execs_start(struct sl_service *svc, struct sl_error *err);
 void svc_execs_close(struct sl_service *svc);

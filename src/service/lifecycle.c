@@ -243,7 +243,15 @@ json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct 
 
 json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
 {
-    return route_lookup(svc, sandbox_id, audit_view, err);
+    json_t *doc = route_lookup(svc, sandbox_id, audit_view, err);
+    if (!doc)
+        return NULL;
+    /* Ours, additive: the sandbox's most recent executions (all
+     * generations) beside its lifecycle history. */
+    struct sl_error ignored = {0};
+    json_t *recent = svc_recent_execs(svc, sandbox_id, SVC_AUDIT_RECENT_EXECS, &ignored);
+    json_object_set_new(doc, "executions", recent ? recent : json_null());
+    return doc;
 }
 
 /* ---- release bookkeeping ------------------------------------------------- */
