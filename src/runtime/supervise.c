@@ -229,8 +229,16 @@ static bool complete(const struct sl_rt_exec *x)
 /* Begin the termination sequence (deadline or cancel). */
 static void terminate(struct sl_rt_exec *x, int64_t now)
 {
-    if (x->phase != PH_RUN || x->exited)
+    if (x->phase != PH_RUN)
         return;
+    if (x->exited) {
+        /* The command is gone but something it started still holds its
+         * output (a background job): there is nobody left to signal
+         * through this execution, so read for one more grace and stop. */
+        x->phase = PH_KILL;
+        arm_timer(x, now + x->grace_us);
+        return;
+    }
     deliver(x, SIGTERM);
     x->phase = PH_TERM;
     arm_timer(x, now + x->grace_us);

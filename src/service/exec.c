@@ -208,7 +208,7 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
      * FAILED with the signal's code (§4.6) but says so here. */
     const char *reason = res->oom_killed                                    ? "OOM_KILLED"
                          : res->timed_out                                   ? "TIMED_OUT"
-                         : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED"
+                         : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED_BY_CLIENT"
                                                                             : "";
     snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s", reason);
     rec->stdout_text =

@@ -326,7 +326,7 @@ static int route_reassign(struct sl_service *svc, const struct sl_route *cur,
     if (rc == 1 && !was_released) {
         struct sl_error ignored = {0};
         svc->store->ops->exec_mark_running(svc->store, cur->sandbox_id, cur->generation,
-                                           "WORKER_LOST", now, &ignored);
+                                           "WORKER_LOST", "WORKER_LOST", now, &ignored);
     }
     goto out;
 oom:
@@ -555,8 +555,8 @@ json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl
             goto out;
         if (rc == 1 && was_running) {
             struct sl_error ignored = {0};
-            svc->store->ops->exec_mark_running(svc->store, sandbox_id, gen, "WORKER_LOST", now,
-                                               &ignored);
+            svc->store->ops->exec_mark_running(svc->store, sandbox_id, gen, "WORKER_LOST",
+                                               "WORKER_LOST", now, &ignored);
         }
         if (rc == 0) {
             struct sl_route now_r = {0};

@@ -416,8 +416,8 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
     struct sl_error ignored = {0};
     /* Executions recorded RUNNING by a previous incarnation of this worker can
      * never finish: their processes died with it. */
-    int lost = svc->store->ops->exec_mark_worker_running(svc->store, svc->worker_id,
-                                                         "WORKER_LOST", sl_now_us(), &ignored);
+    int lost = svc->store->ops->exec_mark_worker_running(
+        svc->store, svc->worker_id, "WORKER_LOST", "WORKER_RESTARTED", sl_now_us(), &ignored);
     if (lost > 0)
         sl_warn("marked %d executions of a previous run WORKER_LOST", lost);
     /* Their processes must not outlive that run either. Warm sessions and

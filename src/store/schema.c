@@ -7,11 +7,13 @@
 
 #include "common/cleanup.h"
 
-#define STR(n, len) {n, SL_SCHEMA_STRING, len, false, false, 0}
-#define STR_NULL(n, len) {n, SL_SCHEMA_STRING, len, true, false, 0}
-#define COL(n, type) {n, type, 0, false, false, 0}
-#define COL_NULL(n, type) {n, type, 0, true, false, 0}
-#define COL_DEFAULT(n, type, v) {n, type, 0, false, true, v}
+#define STR(n, len) {n, SL_SCHEMA_STRING, len, false, false, 0, false}
+#define STR_NULL(n, len) {n, SL_SCHEMA_STRING, len, true, false, 0, false}
+#define COL(n, type) {n, type, 0, false, false, 0, false}
+#define COL_NULL(n, type) {n, type, 0, true, false, 0, false}
+#define COL_DEFAULT(n, type, v) {n, type, 0, false, true, v, false}
+/* Ours, additive to the reference's schema (see struct sl_schema_column). */
+#define ADDITIVE_STR_NULL(n, len) {n, SL_SCHEMA_STRING, len, true, false, 0, true}
 
 static const struct sl_schema_column worker_columns[] = {
     STR("worker_id", 128),
@@ -69,6 +71,10 @@ static const struct sl_schema_column exec_columns[] = {
     COL_NULL("started_at", SL_SCHEMA_DATETIME),
     COL_NULL("finished_at", SL_SCHEMA_DATETIME),
     COL("created_at", SL_SCHEMA_DATETIME),
+    /* Why a run ended when it was not its own choice (OOM_KILLED, TIMED_OUT,
+     * WORKER_LOST ...); last, where ALTER TABLE ... ADD COLUMN puts it on a
+     * database the reference created. */
+    ADDITIVE_STR_NULL("termination_reason", 32),
 };
 
 const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
@@ -98,6 +104,7 @@ const char sl_schema_help_missing_columns[] =
     "is needed.";
 
 static const char missing_prefix[] = "database schema is missing ";
+static const char additive_help_prefix[] = "Enable SANDBOX_DATABASE_AUTO_DDL or run: ";
 
 static bool list_has(const struct sl_strlist *list, const char *name)
 {
@@ -110,6 +117,91 @@ static bool table_known_column(const struct sl_schema_table *t, const char *name
         if (strcmp(t->columns[i].name, name) == 0)
             return true;
     return false;
+}
+
+/* The column a missing entry "<table>.<column>" names, NULL for a table entry
+ * or a name outside the schema. */
+static const struct sl_schema_column *entry_column(const char *entry,
+                                                   const struct sl_schema_table **table)
+{
+    const char *dot = strchr(entry, '.');
+    if (!dot)
+        return NULL;
+    size_t tlen = (size_t)(dot - entry);
+    for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++) {
+        const struct sl_schema_table *tab = &sl_schema_tables[t];
+        if (strlen(tab->name) != tlen || strncmp(tab->name, entry, tlen) != 0)
+            continue;
+        for (size_t c = 0; c < tab->ncolumns; c++)
+            if (strcmp(tab->columns[c].name, dot + 1) == 0) {
+                *table = tab;
+                return &tab->columns[c];
+            }
+    }
+    return NULL;
+}
+
+/* The type as every supported backend accepts it in an ALTER TABLE (the
+ * help sentence cannot know which backend the operator runs). */
+static const char *generic_type(const struct sl_schema_column *c, char *buf, size_t size)
+{
+    switch (c->type) {
+    case SL_SCHEMA_STRING:
+        snprintf(buf, size, "VARCHAR(%d)", c->length);
+        return buf;
+    case SL_SCHEMA_INTEGER:
+        return "INTEGER";
+    case SL_SCHEMA_BIGINT:
+        return "BIGINT";
+    case SL_SCHEMA_DATETIME:
+        return "TIMESTAMP";
+    case SL_SCHEMA_JSON:
+        return "JSON";
+    case SL_SCHEMA_TEXT:
+        return "TEXT";
+    case SL_SCHEMA_BOOLEAN:
+        return "BOOLEAN";
+    }
+    return "TEXT";
+}
+
+size_t sl_schema_add_column_sql(const struct sl_schema_table *table,
+                                const struct sl_schema_column *column, const char *type, char *buf,
+                                size_t size)
+{
+    char dflt[48] = "";
+    if (column->has_default)
+        snprintf(dflt, sizeof(dflt), " DEFAULT %ld", column->default_value);
+    int n = snprintf(buf, size, "ALTER TABLE %s ADD COLUMN %s %s%s%s", table->name, column->name,
+                     type, column->nullable ? "" : " NOT NULL", dflt);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+/* When every missing entry is an additive column, the help naming the ALTER
+ * statements that add them ("... run: ALTER ...; ALTER ...;"). Returns false
+ * (buf untouched) otherwise: a missing reference column or table is the
+ * operator's deploy SQL to fix, with the generic help. */
+static bool additive_help(const struct sl_strlist *missing, char *buf, size_t size)
+{
+    if (missing->len == 0)
+        return false;
+    for (size_t i = 0; i < missing->len; i++) {
+        const struct sl_schema_table *table = NULL;
+        const struct sl_schema_column *col = entry_column(missing->items[i], &table);
+        if (!col || !col->additive)
+            return false;
+    }
+    snprintf(buf, size, "%s", additive_help_prefix);
+    for (size_t i = 0; i < missing->len; i++) {
+        const struct sl_schema_table *table = NULL;
+        const struct sl_schema_column *col = entry_column(missing->items[i], &table);
+        char type[32], sql[256];
+        sl_schema_add_column_sql(table, col, generic_type(col, type, sizeof(type)), sql,
+                                 sizeof(sql));
+        size_t len = strlen(buf);
+        snprintf(buf + len, size - len, "%s%s;", i ? " " : "", sql);
+    }
+    return true;
 }
 
 static int push_qualified(struct sl_strlist *list, const char *table, const char *column)
@@ -203,7 +295,11 @@ size_t sl_schema_missing_message(const struct sl_strlist *missing, bool none_exi
 {
     if (size == 0)
         return 0;
-    const char *help = none_exist ? sl_schema_help_no_tables : sl_schema_help_missing_columns;
+    char alter_help[512];
+    const char *help = none_exist ? sl_schema_help_no_tables
+                       : additive_help(missing, alter_help, sizeof(alter_help))
+                           ? alter_help
+                           : sl_schema_help_missing_columns;
     size_t n = missing->len;
     size_t keep = n;
     char tail[64] = "";

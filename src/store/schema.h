@@ -31,6 +31,11 @@ struct sl_schema_column {
     bool nullable;
     bool has_default;
     long default_value; /* integer, or 0/1 for a boolean */
+    /* Ours, not the reference's: absent from databases the reference (or an
+     * older sandloomd) created, so auto-DDL adds it with ALTER TABLE ... ADD
+     * COLUMN. Must be nullable or have a default, so that rows already there
+     * stay valid. Placed after the reference's columns of its table. */
+    bool additive;
 };
 
 struct sl_schema_table {
@@ -63,6 +68,13 @@ extern const size_t sl_schema_nindexes;
 extern const char sl_schema_help_no_tables[];
 extern const char sl_schema_help_missing_columns[];
 
+/* Render "ALTER TABLE <table> ADD COLUMN <column> <type>[ NOT NULL][ DEFAULT v]"
+ * (no trailing semicolon) into buf; `type` is the backend's spelling of the
+ * column's type. Returns the length snprintf() would write. */
+size_t sl_schema_add_column_sql(const struct sl_schema_table *table,
+                                const struct sl_schema_column *column, const char *type, char *buf,
+                                size_t size);
+
 /* Compare live column names with the expected schema. live[i] holds the
  * column names found for sl_schema_tables[i]; an empty list means the table
  * does not exist. Appends "<table>" / "<table>.<column>" entries to *missing
@@ -78,7 +90,9 @@ char *sl_schema_join(const struct sl_strlist *list);
 /* Format "database schema is missing <list>. <help>" into buf. When the whole
  * list does not fit, as many entries as fit are kept followed by
  * "(and N more)", so the help sentence is never cut. none_exist selects the
- * help (no table of the schema exists). Returns the length written. */
+ * help (no table of the schema exists); when every missing entry is an
+ * additive column, the help gives the ALTER TABLE statements to run instead
+ * of sl_schema_help_missing_columns. Returns the length written. */
 size_t sl_schema_missing_message(const struct sl_strlist *missing, bool none_exist, char *buf,
                                  size_t size);
 

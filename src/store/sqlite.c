@@ -48,9 +48,11 @@
     "last_released_at, last_release_reason, last_released_by, last_lifetime_ms, "        \
     "lifecycle_count, total_lifetime_ms, lifecycle_history_json, created_at, updated_at"
 
+/* FLEET.md §2.3 order, then our additive termination_reason (column 14). */
 #define EXEC_COLUMNS                                                                         \
     "sandbox_id, exec_id, generation, worker_id, status, command_json, exec_scope, exit_code, " \
-    "stdout_text, stderr_text, truncated, started_at, finished_at, created_at"
+    "stdout_text, stderr_text, truncated, started_at, finished_at, created_at, "               \
+    "termination_reason"
 
 /* route_cas() binds up to this many expected statuses (there are 7 route
  * statuses); unused slots are bound NULL, which never matches in IN (...). */
@@ -127,7 +129,7 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* The admin list: output columns read as NULL (the list has none). */
     [ST_EXEC_LIST] = "SELECT sandbox_id, exec_id, generation, worker_id, status, command_json, "
                      "exec_scope, exit_code, NULL, NULL, truncated, started_at, finished_at, "
-                     "created_at FROM " EXEC_TABLE
+                     "created_at, termination_reason FROM " EXEC_TABLE
                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
                      "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
     [ST_ROUTE_UIDS_OF_WORKER] = "SELECT DISTINCT sandbox_uid FROM " ROUTE_TABLE
@@ -139,18 +141,21 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_EXEC_RUNNING] = "SELECT exec_scope, command_json FROM " EXEC_TABLE
                         " WHERE sandbox_id = ?1 AND generation = ?2 AND status = 'RUNNING'",
     [ST_EXEC_INSERT] = "INSERT INTO " EXEC_TABLE " (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, "
-                       "'RUNNING', ?5, ?6, NULL, NULL, NULL, 0, ?7, NULL, ?7)",
+                       "'RUNNING', ?5, ?6, NULL, NULL, NULL, 0, ?7, NULL, ?7, NULL)",
     [ST_EXEC_FINISH] = "UPDATE " EXEC_TABLE " SET status = ?3, exit_code = ?4, stdout_text = ?5, "
-                       "stderr_text = ?6, truncated = ?7, finished_at = ?8 "
+                       "stderr_text = ?6, truncated = ?7, finished_at = ?8, "
+                       "termination_reason = ?9 "
                        /* Only a running record finishes: one already marked
                         * WORKER_LOST by a reassignment keeps that verdict. */
                        "WHERE sandbox_id = ?1 AND exec_id = ?2 AND status = 'RUNNING'",
     [ST_EXEC_EARLIEST] = "SELECT exec_id FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
                          "AND generation = ?2 AND status = 'RUNNING' "
                          "ORDER BY started_at IS NULL, started_at, created_at, exec_id LIMIT 1",
-    [ST_EXEC_MARK] = "UPDATE " EXEC_TABLE " SET status = ?3, finished_at = ?4 "
+    [ST_EXEC_MARK] = "UPDATE " EXEC_TABLE " SET status = ?3, finished_at = ?4, "
+                     "termination_reason = ?5 "
                      "WHERE sandbox_id = ?1 AND generation = ?2 AND status = 'RUNNING'",
-    [ST_EXEC_MARK_WORKER] = "UPDATE " EXEC_TABLE " SET status = ?2, finished_at = ?3 "
+    [ST_EXEC_MARK_WORKER] = "UPDATE " EXEC_TABLE " SET status = ?2, finished_at = ?3, "
+                            "termination_reason = ?4 "
                             "WHERE worker_id = ?1 AND status = 'RUNNING'",
     [ST_WORKER_UPDATE] = "UPDATE " WORKER_TABLE " SET worker_epoch = ?2, endpoint = ?3, "
                          "status = ?4, capacity = ?5, running_sessions = ?6, profile_hash = ?7, "
@@ -326,6 +331,12 @@ static void bind_text_n(struct binder *b, int i, const char *v, size_t len)
               : sqlite3_bind_null(b->stmt, i);
 }
 
+/* A termination reason: "" (no reason) is stored as NULL. */
+static void bind_reason(struct binder *b, int i, const char *reason)
+{
+    bind_text(b, i, reason && *reason ? reason : NULL);
+}
+
 static void bind_int64(struct binder *b, int i, int64_t v)
 {
     if (b->rc == SQLITE_OK)
@@ -426,6 +437,23 @@ static void read_word(struct reader *r, int i, char *dst, size_t size)
         return;
     }
     memcpy(dst, v, strlen((const char *)v) + 1);
+}
+
+/* A nullable short text into a fixed buffer: NULL reads as "", a value
+ * longer than the buffer (another writer's, the column is wider) is cut
+ * rather than refused: it is informative, never a key. */
+static void read_word_trunc(struct reader *r, int i, char *dst, size_t size)
+{
+    dst[0] = '\0';
+    if (read_failed(r))
+        return;
+    const unsigned char *v = sqlite3_column_text(r->stmt, i);
+    if (!v) {
+        if (sqlite3_column_type(r->stmt, i) != SQLITE_NULL)
+            r->oom = true;
+        return;
+    }
+    snprintf(dst, size, "%s", (const char *)v);
 }
 
 static int64_t read_int64(struct reader *r, int i, int64_t null_value)
@@ -546,6 +574,7 @@ static int exec_read(sqlite3_stmt *stmt, struct sl_exec_record *out, struct sl_e
     out->started_at = read_ts(&r, 11);
     out->finished_at = read_ts(&r, 12);
     out->created_at = read_ts(&r, 13);
+    read_word_trunc(&r, 14, out->termination_reason, sizeof(out->termination_reason));
     if (reader_done(&r, EXEC_TABLE, err) < 0) {
         sl_exec_record_clear(out);
         return -1;
@@ -670,10 +699,46 @@ static bool index_columns_present(const char *columns, const struct sl_strlist *
     return true;
 }
 
-/* Create missing tables, then missing indexes. An index whose columns are
- * missing from a pre-existing table is skipped rather than failing the whole
- * DDL: the column check that follows names the column, which is the useful
- * refusal. */
+/* Add our additive columns to tables created without them (by the reference
+ * or an older sandloomd). The reference's own columns are never ALTERed in
+ * (FLEET.md §2.4); ours are nullable, so the rows already there stay valid.
+ * Runs inside ddl_apply()'s BEGIN IMMEDIATE: a second process waits for the
+ * write lock, then finds the column and adds nothing. */
+static int ddl_add_columns(struct sqlite_store *st, struct sl_error *err)
+{
+    for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++) {
+        const struct sl_schema_table *table = &sl_schema_tables[t];
+        struct sl_strlist live = {0};
+        bool listed = false;
+        for (size_t c = 0; c < table->ncolumns; c++) {
+            const struct sl_schema_column *col = &table->columns[c];
+            if (!col->additive)
+                continue;
+            if (!listed && table_columns(st, table->name, &live, err) < 0) {
+                sl_strlist_free(&live);
+                return -1;
+            }
+            listed = true;
+            if (live.len == 0 || sl_strlist_contains(&live, col->name))
+                continue;
+            char type[32], sql[256];
+            sl_schema_add_column_sql(table, col, sqlite_type(col, type, sizeof(type)), sql,
+                                     sizeof(sql));
+            if (sqlite3_exec(st->db, sql, NULL, NULL, NULL) != SQLITE_OK) {
+                sl_strlist_free(&live);
+                db_fail(st, err, "add column");
+                return sl_error_wrap(err, "%s.%s", table->name, col->name);
+            }
+        }
+        sl_strlist_free(&live);
+    }
+    return 0;
+}
+
+/* Create missing tables, add missing additive columns, then create missing
+ * indexes. An index whose columns are missing from a pre-existing table is
+ * skipped rather than failing the whole DDL: the column check that follows
+ * names the column, which is the useful refusal. */
 static int ddl_locked(struct sqlite_store *st, struct sl_error *err)
 {
     struct sl_buf script;
@@ -686,6 +751,8 @@ static int ddl_locked(struct sqlite_store *st, struct sl_error *err)
     sl_buf_free(&script);
     if (rc != SQLITE_OK)
         return db_fail(st, err, "create tables");
+    if (ddl_add_columns(st, err) < 0)
+        return -1;
     for (size_t i = 0; i < sl_schema_nindexes; i++) {
         const struct sl_schema_index *ix = &sl_schema_indexes[i];
         struct sl_strlist live = {0};
@@ -1108,6 +1175,7 @@ static int finish_record(struct sqlite_store *st, const struct sl_exec_record *r
     bind_text_n(&b, 6, rec->stderr_text, rec->stderr_len);
     bind_int64(&b, 7, rec->truncated ? 1 : 0);
     bind_ts(&b, 8, rec->finished_at ? rec->finished_at : now, false);
+    bind_reason(&b, 9, rec->termination_reason);
     if (bind_done(st, &b, err) < 0)
         return -1;
     return run(st, stmt, err) < 0 ? sl_error_wrap(err, "finish execution") : 0;
@@ -1168,7 +1236,8 @@ static int sqlite_exec_finish(struct sl_store *s, const struct sl_exec_record *r
 }
 
 static int sqlite_exec_mark_running(struct sl_store *s, const char *sandbox_id, int64_t generation,
-                                    const char *status, int64_t now, struct sl_error *err)
+                                    const char *status, const char *reason, int64_t now,
+                                    struct sl_error *err)
 {
     struct sqlite_store *st = store_of(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
@@ -1180,13 +1249,15 @@ static int sqlite_exec_mark_running(struct sl_store *s, const char *sandbox_id, 
     bind_int64(&b, 2, generation);
     bind_text(&b, 3, status);
     bind_ts(&b, 4, now, false);
+    bind_reason(&b, 5, reason);
     if (bind_done(st, &b, err) < 0)
         return -1;
     return run(st, stmt, err);
 }
 
 static int sqlite_exec_mark_worker_running(struct sl_store *s, const char *worker_id,
-                                           const char *status, int64_t now, struct sl_error *err)
+                                           const char *status, const char *reason, int64_t now,
+                                           struct sl_error *err)
 {
     struct sqlite_store *st = store_of(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
@@ -1197,6 +1268,7 @@ static int sqlite_exec_mark_worker_running(struct sl_store *s, const char *worke
     bind_text(&b, 1, worker_id);
     bind_text(&b, 2, status);
     bind_ts(&b, 3, now, false);
+    bind_reason(&b, 4, reason);
     if (bind_done(st, &b, err) < 0)
         return -1;
     return run(st, stmt, err);

@@ -68,9 +68,11 @@ struct sl_exec_record {
     size_t stdout_len, stderr_len; /* byte lengths of the two texts */
     bool truncated;
     /* Why the run ended when it was not its own choice: "OOM_KILLED",
-     * "TIMED_OUT" or "" (ours, additive to the reference). Not a column of
-     * the reference's schema: answered by the live run only. */
-    char termination_reason[16];
+     * "TIMED_OUT", "WORKER_LOST", "WORKER_RESTARTED", "WORKER_SHUTDOWN",
+     * "CANCELLED_BY_CLIENT" ... or "" (none). Ours, additive to the
+     * reference's schema: column termination_reason, VARCHAR(32), NULL for "";
+     * a longer stored value reads back truncated. */
+    char termination_reason[32];
     int64_t started_at;  /* 0 = NULL */
     int64_t finished_at; /* 0 = NULL */
     int64_t created_at;
@@ -104,10 +106,12 @@ enum sl_admit_result {
 struct sl_store;
 
 struct sl_store_ops {
-    /* Schema: create missing tables/indexes when cfg->database_auto_ddl, then
-     * compare column names. Missing table/column => -1, err names them
-     * (code SANDBOX_CONFIG_INVALID). Extra columns are returned in *warnings
-     * (malloc'd comma-separated "table.column" list, NULL if none). */
+    /* Schema: create missing tables/indexes when cfg->database_auto_ddl, and
+     * add our additive columns (struct sl_schema_column.additive) to tables
+     * created without them, then compare column names. Missing table/column
+     * => -1, err names them (code SANDBOX_CONFIG_INVALID). Extra columns are
+     * returned in *warnings (malloc'd comma-separated "table.column" list,
+     * NULL if none). */
     int (*prepare_schema)(struct sl_store *s, bool auto_ddl, char **warnings, struct sl_error *err);
 
     /* Routes. get: 1 found, 0 absent, -1 error. */
@@ -138,23 +142,27 @@ struct sl_store_ops {
      * SANDBOX_SUSPENDED, SANDBOX_PARALLEL_EXEC_LIMIT or SANDBOX_EXEC_SCOPE_BUSY. */
     int (*exec_admit)(struct sl_store *s, const struct sl_exec_record *rec, int64_t max_parallel,
                       struct sl_exec_record *existing, struct sl_error *err);
-    /* Persist a finished execution and recompute the route's active_exec_id /
-     * status (API.md §4.1 step 6). Nothing is written to the route if its
-     * generation moved on. */
+    /* Persist a finished execution (termination_reason included, "" stored
+     * as NULL) and recompute the route's active_exec_id / status (API.md
+     * §4.1 step 6). Nothing is written to the route if its generation moved
+     * on. */
     int (*exec_finish)(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                        struct sl_error *err);
     /* Mark every RUNNING execution of (sandbox_id, generation) with `status`
-     * (e.g. WORKER_LOST) and finished_at = now. Returns rows changed. */
+     * (e.g. WORKER_LOST), termination_reason = reason (NULL or "" = NULL) and
+     * finished_at = now. Returns rows changed. */
     int (*exec_mark_running)(struct sl_store *s, const char *sandbox_id, int64_t generation,
-                             const char *status, int64_t now, struct sl_error *err);
+                             const char *status, const char *reason, int64_t now,
+                             struct sl_error *err);
     /* Mark every RUNNING execution owned by worker_id (any sandbox) with
-     * `status`; used at startup for executions of a previous incarnation. */
+     * `status` and `reason`; used at startup for executions of a previous
+     * incarnation. */
     int (*exec_mark_worker_running)(struct sl_store *s, const char *worker_id, const char *status,
-                                    int64_t now, struct sl_error *err);
+                                    const char *reason, int64_t now, struct sl_error *err);
 
     /* Admin listing (API.md §3.18): records matching the filter (NULL =
      * any), newest created first, `limit` from `offset`, without their
-     * output; *total is the unpaged count. Caller frees with
+     * output (termination_reason included); *total is the unpaged count. Caller frees with
      * sl_exec_records_free. */
     int (*exec_list)(struct sl_store *s, const struct sl_exec_filter *f,
                      struct sl_exec_record **out, size_t *n, int64_t *total,

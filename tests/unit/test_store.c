@@ -233,8 +233,9 @@ static void assert_refused(struct sl_store *s, const char *sandbox_id, const cha
     assert_int_equal(s->ops->exec_get(s, sandbox_id, exec_id, &e, &err), 0);
 }
 
-static void finish(struct sl_store *s, const char *sandbox_id, const char *exec_id,
-                   int64_t generation, const char *status, int exit_code, int64_t now)
+static void finish_reason(struct sl_store *s, const char *sandbox_id, const char *exec_id,
+                          int64_t generation, const char *status, int exit_code,
+                          const char *reason, int64_t now)
 {
     struct sl_exec_record rec = {0};
     struct sl_error err = {0};
@@ -249,9 +250,27 @@ static void finish(struct sl_store *s, const char *sandbox_id, const char *exec_
     rec.stderr_text = xdup("");
     rec.truncated = true;
     rec.finished_at = now;
+    snprintf(rec.termination_reason, sizeof(rec.termination_reason), "%s", reason);
     if (s->ops->exec_finish(s, &rec, now, &err) < 0)
         fail_msg("exec_finish %s: %s", exec_id, sl_error_text(&err));
     sl_exec_record_clear(&rec);
+}
+
+static void finish(struct sl_store *s, const char *sandbox_id, const char *exec_id,
+                   int64_t generation, const char *status, int exit_code, int64_t now)
+{
+    finish_reason(s, sandbox_id, exec_id, generation, status, exit_code, "", now);
+}
+
+static void assert_reason(struct sl_store *s, const char *sandbox_id, const char *exec_id,
+                          const char *expect)
+{
+    struct sl_exec_record got;
+    struct sl_error err = {0};
+    if (s->ops->exec_get(s, sandbox_id, exec_id, &got, &err) != 1)
+        fail_msg("exec_get %s/%s: %s", sandbox_id, exec_id, sl_error_text(&err));
+    assert_string_equal(got.termination_reason, expect);
+    sl_exec_record_clear(&got);
 }
 
 /* ---- schema ---- */
@@ -292,7 +311,8 @@ static void test_schema_created(void **state)
     assert_raw(f->path,
                "SELECT group_concat(name, ',') FROM pragma_table_info('agent_sandbox_exec')",
                "sandbox_id,exec_id,generation,worker_id,status,command_json,exec_scope,exit_code,"
-               "stdout_text,stderr_text,truncated,started_at,finished_at,created_at");
+               "stdout_text,stderr_text,truncated,started_at,finished_at,created_at,"
+               "termination_reason");
     assert_raw(f->path, "SELECT count(*) FROM pragma_table_info('agent_sandbox_route')", "25");
     assert_raw(f->path, "SELECT count(*) FROM pragma_table_info('agent_sandbox_worker')", "10");
 }
@@ -373,6 +393,136 @@ static void test_schema_no_tables(void **state)
     assert_non_null(strstr(err.message, "SANDBOX_DATABASE_AUTO_DDL"));
 }
 
+/* The three tables as the reference implementation creates them on SQLite
+ * (SQLAlchemy's DDL for FLEET.md §2): no termination_reason, which is ours. */
+static const char reference_ddl[] =
+    "CREATE TABLE agent_sandbox_worker ("
+    " worker_id VARCHAR(128) NOT NULL, worker_epoch VARCHAR(64) NOT NULL,"
+    " endpoint VARCHAR(512) NOT NULL, status VARCHAR(32) NOT NULL, capacity INTEGER NOT NULL,"
+    " running_sessions INTEGER NOT NULL DEFAULT 0, profile_hash VARCHAR(191) NOT NULL,"
+    " heartbeat_at DATETIME NOT NULL, started_at DATETIME NOT NULL,"
+    " updated_at DATETIME NOT NULL, PRIMARY KEY (worker_id));"
+    "CREATE INDEX idx_agent_sandbox_worker_heartbeat ON agent_sandbox_worker "
+    "(status, heartbeat_at);"
+    "CREATE TABLE agent_sandbox_route ("
+    " sandbox_id VARCHAR(128) NOT NULL, workspace_scope_id VARCHAR(191) NOT NULL,"
+    " worker_id VARCHAR(128), worker_epoch VARCHAR(64), generation BIGINT NOT NULL DEFAULT 1,"
+    " sandbox_uid INTEGER NOT NULL, profile_id VARCHAR(64) NOT NULL,"
+    " profile_hash VARCHAR(191) NOT NULL, status VARCHAR(32) NOT NULL,"
+    " storage_mode VARCHAR(16) NOT NULL, active_exec_id VARCHAR(128),"
+    " last_active_at DATETIME NOT NULL, generation_started_at DATETIME NOT NULL,"
+    " generation_created_by VARCHAR(255), ready_at DATETIME, last_released_generation BIGINT,"
+    " last_released_at DATETIME, last_release_reason VARCHAR(32), last_released_by VARCHAR(255),"
+    " last_lifetime_ms BIGINT, lifecycle_count INTEGER NOT NULL DEFAULT 1,"
+    " total_lifetime_ms BIGINT NOT NULL DEFAULT 0, lifecycle_history_json JSON,"
+    " created_at DATETIME NOT NULL, updated_at DATETIME NOT NULL, PRIMARY KEY (sandbox_id),"
+    " CONSTRAINT uniq_agent_sandbox_uid UNIQUE (sandbox_uid));"
+    "CREATE INDEX idx_agent_sandbox_route_scope ON agent_sandbox_route (workspace_scope_id);"
+    "CREATE INDEX idx_agent_sandbox_route_worker ON agent_sandbox_route (worker_id, status);"
+    "CREATE TABLE agent_sandbox_exec ("
+    " sandbox_id VARCHAR(128) NOT NULL, exec_id VARCHAR(128) NOT NULL,"
+    " generation BIGINT NOT NULL, worker_id VARCHAR(128) NOT NULL, status VARCHAR(32) NOT NULL,"
+    " command_json JSON NOT NULL, exec_scope VARCHAR(128), exit_code INTEGER, stdout_text TEXT,"
+    " stderr_text TEXT, truncated BOOLEAN NOT NULL DEFAULT 0, started_at DATETIME,"
+    " finished_at DATETIME, created_at DATETIME NOT NULL, PRIMARY KEY (sandbox_id, exec_id));"
+    "CREATE INDEX idx_agent_sandbox_exec_status ON agent_sandbox_exec (sandbox_id, status);"
+    "INSERT INTO agent_sandbox_route (sandbox_id, workspace_scope_id, worker_id, generation,"
+    " sandbox_uid, profile_id, profile_hash, status, storage_mode, active_exec_id,"
+    " last_active_at, generation_started_at, created_at, updated_at) VALUES ('sb-1', 'scope-1',"
+    " 'worker-a-8080', 1, 40001, 'default', 'hash-1', 'RUNNING', 'local', 'exec-run',"
+    " '" T0_TEXT "', '" T0_TEXT "', '" T0_TEXT "', '" T0_TEXT "');"
+    "INSERT INTO agent_sandbox_exec (sandbox_id, exec_id, generation, worker_id, status,"
+    " command_json, exit_code, stdout_text, stderr_text, truncated, started_at, finished_at,"
+    " created_at) VALUES ('sb-1', 'exec-done', 1, 'worker-a-8080', 'SUCCEEDED',"
+    " '{\"argv\":[\"true\"]}', 0, 'hello', '', 0, '" T0_TEXT "', '" T0_TEXT "', '" T0_TEXT "');"
+    "INSERT INTO agent_sandbox_exec (sandbox_id, exec_id, generation, worker_id, status,"
+    " command_json, truncated, started_at, created_at) VALUES ('sb-1', 'exec-run', 1,"
+    " 'worker-a-8080', 'RUNNING', '{\"argv\":[\"sleep\",\"9\"]}', 0, '" T0_TEXT "',"
+    " '" T0_TEXT "');";
+
+#define ADD_REASON_SQL \
+    "ALTER TABLE agent_sandbox_exec ADD COLUMN termination_reason VARCHAR(32)"
+
+/* Without auto-DDL, a database without our additive column is refused like
+ * any missing column, and the help gives the exact ALTER to run. */
+static void test_schema_additive_refused(void **state)
+{
+    struct fixture *f = *state;
+    fixture_open(f);
+    raw_exec(f->path, reference_ddl);
+    struct sl_error err = {0};
+    char *warnings = NULL;
+    assert_int_equal(f->store->ops->prepare_schema(f->store, false, &warnings, &err), -1);
+    assert_string_equal(err.code, SL_E_CONFIG);
+    assert_string_equal(err.message, "database schema is missing "
+                                     "agent_sandbox_exec.termination_reason. Enable "
+                                     "SANDBOX_DATABASE_AUTO_DDL or run: " ADD_REASON_SQL ";");
+    assert_string_equal(err.detail, err.message);
+    assert_null(warnings);
+    /* Nothing was changed. */
+    assert_raw(f->path,
+               "SELECT count(*) FROM pragma_table_info('agent_sandbox_exec') "
+               "WHERE name = 'termination_reason'",
+               "0");
+    assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
+
+    /* The statement the help gives is the fix. */
+    raw_exec(f->path, ADD_REASON_SQL);
+    assert_int_equal(f->store->ops->prepare_schema(f->store, false, &warnings, &err), 0);
+    assert_null(warnings);
+}
+
+/* With auto-DDL, the same database gets the column by ALTER TABLE and keeps
+ * its rows; the column is ours, never reported as extra. */
+static void test_schema_additive_upgrade(void **state)
+{
+    struct fixture *f = *state;
+    fixture_open(f);
+    raw_exec(f->path, reference_ddl);
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    char *warnings = NULL;
+    if (s->ops->prepare_schema(s, true, &warnings, &err) < 0)
+        fail_msg("prepare_schema: %s", sl_error_text(&err));
+    assert_null(warnings);
+    assert_raw(f->path,
+               "SELECT group_concat(name || ' ' || type || ' ' || \"notnull\", ',') "
+               "FROM pragma_table_info('agent_sandbox_exec') WHERE cid >= 13",
+               "created_at DATETIME 1,termination_reason VARCHAR(32) 0");
+    /* Idempotent; the check alone passes; nothing else was rebuilt. */
+    assert_int_equal(s->ops->prepare_schema(s, true, &warnings, &err), 0);
+    assert_int_equal(s->ops->prepare_schema(s, false, &warnings, &err), 0);
+    assert_null(warnings);
+    assert_raw(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                        "AND name LIKE 'idx_agent_sandbox_%'",
+               "4");
+
+    /* The rows are kept, the old ones without a reason. */
+    assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
+    struct sl_exec_record got;
+    assert_int_equal(s->ops->exec_get(s, "sb-1", "exec-done", &got, &err), 1);
+    assert_string_equal(got.status, "SUCCEEDED");
+    assert_string_equal(got.stdout_text, "hello");
+    assert_int_equal(got.finished_at, T0);
+    assert_string_equal(got.termination_reason, "");
+    sl_exec_record_clear(&got);
+    struct sl_route route;
+    route_fetch(s, "sb-1", &route);
+    assert_string_equal(route.active_exec_id, "exec-run");
+    sl_route_clear(&route);
+
+    /* ... and the upgraded table takes reasons. */
+    finish_reason(s, "sb-1", "exec-run", 1, "FAILED", 137, "OOM_KILLED", T0 + 10);
+    assert_reason(s, "sb-1", "exec-run", "OOM_KILLED");
+    assert_raw(f->path, "SELECT termination_reason IS NULL FROM agent_sandbox_exec "
+                        "WHERE exec_id = 'exec-done'",
+               "1");
+    route_fetch(s, "sb-1", &route);
+    assert_string_equal(route.status, "READY");
+    assert_null(route.active_exec_id);
+    sl_route_clear(&route);
+}
+
 static void test_schema_compare_pure(void **state)
 {
     (void)state;
@@ -420,6 +570,31 @@ static void test_schema_compare_pure(void **state)
     assert_non_null(strstr(buf, " more). "));
     size_t help_len = strlen(sl_schema_help_missing_columns);
     assert_string_equal(buf + n - help_len, sl_schema_help_missing_columns);
+
+    /* Only additive columns missing: the help is their ALTER; one reference
+     * column among them: the generic help. */
+    struct sl_strlist ours = {0};
+    assert_int_equal(sl_strlist_push(&ours, "agent_sandbox_exec.termination_reason"), 0);
+    n = sl_schema_missing_message(&ours, false, buf, sizeof(buf));
+    assert_string_equal(buf, "database schema is missing agent_sandbox_exec.termination_reason. "
+                             "Enable SANDBOX_DATABASE_AUTO_DDL or run: ALTER TABLE "
+                             "agent_sandbox_exec ADD COLUMN termination_reason VARCHAR(32);");
+    assert_int_equal(n, strlen(buf));
+    assert_int_equal(sl_strlist_push(&ours, "agent_sandbox_exec.status"), 0);
+    sl_schema_missing_message(&ours, false, buf, sizeof(buf));
+    assert_non_null(strstr(buf, sl_schema_help_missing_columns));
+    assert_null(strstr(buf, "ADD COLUMN"));
+    sl_strlist_free(&ours);
+
+    /* Our column is known: never an extra. */
+    const struct sl_schema_column *last = &ex->columns[ex->ncolumns - 1];
+    assert_string_equal(last->name, "termination_reason");
+    assert_true(last->additive);
+    assert_true(last->nullable);
+    for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++)
+        for (size_t c = 0; c < sl_schema_tables[t].ncolumns; c++)
+            if (sl_schema_tables[t].columns[c].additive)
+                assert_ptr_equal(&sl_schema_tables[t].columns[c], last);
 
     sl_strlist_free(&many);
     sl_strlist_free(&missing);
@@ -900,23 +1075,104 @@ static void test_exec_mark_running(void **state)
     assert_admitted(s, "sb-2", "exec-1", NULL);
     finish(s, "sb-1", "exec-2", 1, "SUCCEEDED", 0, T0 + 1);
 
-    assert_int_equal(s->ops->exec_mark_running(s, "sb-1", 2, "WORKER_LOST", T0 + 5, &err), 0);
-    assert_int_equal(s->ops->exec_mark_running(s, "sb-1", 1, "WORKER_LOST", T0 + 5, &err), 1);
+    assert_int_equal(
+        s->ops->exec_mark_running(s, "sb-1", 2, "WORKER_LOST", "WORKER_LOST", T0 + 5, &err), 0);
+    assert_int_equal(
+        s->ops->exec_mark_running(s, "sb-1", 1, "WORKER_LOST", "WORKER_LOST", T0 + 5, &err), 1);
     struct sl_exec_record got;
     assert_int_equal(s->ops->exec_get(s, "sb-1", "exec-1", &got, &err), 1);
     assert_string_equal(got.status, "WORKER_LOST");
+    assert_string_equal(got.termination_reason, "WORKER_LOST");
     assert_int_equal(got.finished_at, T0 + 5);
     sl_exec_record_clear(&got);
     assert_int_equal(s->ops->exec_get(s, "sb-1", "exec-2", &got, &err), 1);
     assert_string_equal(got.status, "SUCCEEDED"); /* finished ones untouched */
+    assert_string_equal(got.termination_reason, "");
     sl_exec_record_clear(&got);
+    /* A late finish keeps the verdict and its reason. */
+    finish_reason(s, "sb-1", "exec-1", 1, "SUCCEEDED", 0, "TIMED_OUT", T0 + 7);
+    assert_reason(s, "sb-1", "exec-1", "WORKER_LOST");
 
-    assert_int_equal(s->ops->exec_mark_worker_running(s, "worker-z", "CANCELLED", T0 + 6, &err), 0);
-    assert_int_equal(
-        s->ops->exec_mark_worker_running(s, "worker-a-8080", "CANCELLED", T0 + 6, &err), 1);
-    assert_raw(f->path, "SELECT status || ' ' || finished_at FROM agent_sandbox_exec "
-                        "WHERE sandbox_id = 'sb-2'",
-               "CANCELLED 2026-09-30 17:43:53.123462");
+    assert_int_equal(s->ops->exec_mark_worker_running(s, "worker-z", "WORKER_LOST",
+                                                      "WORKER_RESTARTED", T0 + 6, &err),
+                     0);
+    assert_int_equal(s->ops->exec_mark_worker_running(s, "worker-a-8080", "WORKER_LOST",
+                                                      "WORKER_RESTARTED", T0 + 6, &err),
+                     1);
+    assert_raw(f->path, "SELECT status || ' ' || finished_at || ' ' || termination_reason "
+                        "FROM agent_sandbox_exec WHERE sandbox_id = 'sb-2'",
+               "WORKER_LOST 2026-09-30 17:43:53.123462 WORKER_RESTARTED");
+    assert_reason(s, "sb-2", "exec-1", "WORKER_RESTARTED");
+
+    /* No reason is NULL, not "". */
+    route_put(s, "sb-3", 40003, 1, "READY");
+    assert_admitted(s, "sb-3", "exec-1", NULL);
+    assert_int_equal(s->ops->exec_mark_running(s, "sb-3", 1, "CANCELLED", "", T0 + 8, &err), 1);
+    assert_raw(f->path, "SELECT status || ' ' || (termination_reason IS NULL) "
+                        "FROM agent_sandbox_exec WHERE sandbox_id = 'sb-3'",
+               "CANCELLED 1");
+    assert_reason(s, "sb-3", "exec-1", "");
+}
+
+/* termination_reason through admit, finish, get and the admin list. */
+static void test_exec_termination_reason(void **state)
+{
+    struct fixture *f = *state;
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    route_put(s, "sb-1", 40001, 1, "READY");
+    assert_admitted(s, "sb-1", "exec-oom", "a");
+    assert_admitted(s, "sb-1", "exec-cancel", "b");
+    assert_admitted(s, "sb-1", "exec-plain", "c");
+    /* Admission writes none. */
+    assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec WHERE termination_reason IS NULL",
+               "3");
+    assert_reason(s, "sb-1", "exec-oom", "");
+
+    finish_reason(s, "sb-1", "exec-oom", 1, "FAILED", 137, "OOM_KILLED", T0 + 1);
+    finish_reason(s, "sb-1", "exec-cancel", 1, "FAILED", -1, "CANCELLED_BY_CLIENT", T0 + 2);
+    finish_reason(s, "sb-1", "exec-plain", 1, "SUCCEEDED", 0, "", T0 + 3);
+    assert_reason(s, "sb-1", "exec-oom", "OOM_KILLED");
+    assert_reason(s, "sb-1", "exec-cancel", "CANCELLED_BY_CLIENT");
+    assert_reason(s, "sb-1", "exec-plain", "");
+    assert_raw(f->path, "SELECT termination_reason IS NULL FROM agent_sandbox_exec "
+                        "WHERE exec_id = 'exec-plain'",
+               "1");
+
+    /* A replay answers the stored reason. */
+    struct sl_exec_record rec, existing = {0};
+    exec_make(&rec, "sb-1", "exec-oom", 1, "a", T0 + 9);
+    assert_int_equal(s->ops->exec_admit(s, &rec, 8, &existing, &err), SL_ADMIT_REPLAY);
+    assert_string_equal(existing.termination_reason, "OOM_KILLED");
+    sl_exec_record_clear(&existing);
+    sl_exec_record_clear(&rec);
+
+    /* The admin list returns it. */
+    struct sl_exec_filter filter = {.sandbox_id = "sb-1", .status = "FAILED", .limit = 10};
+    struct sl_exec_record *list = NULL;
+    size_t n = 0;
+    int64_t total = 0;
+    assert_int_equal(s->ops->exec_list(s, &filter, &list, &n, &total, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(total, 2);
+    for (size_t i = 0; i < n; i++) {
+        assert_null(list[i].stdout_text);
+        assert_string_equal(list[i].termination_reason, strcmp(list[i].exec_id, "exec-oom") == 0
+                                                            ? "OOM_KILLED"
+                                                            : "CANCELLED_BY_CLIENT");
+    }
+    sl_exec_records_free(list, n);
+
+    /* A value wider than the buffer, written by someone else, reads back cut,
+     * not as an error. */
+    raw_exec(f->path, "UPDATE agent_sandbox_exec SET termination_reason = "
+                      "'A_REASON_FAR_LONGER_THAN_THIRTY_TWO_BYTES' WHERE exec_id = 'exec-plain'");
+    struct sl_exec_record got;
+    assert_int_equal(s->ops->exec_get(s, "sb-1", "exec-plain", &got, &err), 1);
+    assert_int_equal(strlen(got.termination_reason), sizeof(got.termination_reason) - 1);
+    assert_true(strncmp(got.termination_reason, "A_REASON_FAR_LONGER_THAN_THIRTY_TWO_BYTES",
+                        sizeof(got.termination_reason) - 1) == 0);
+    sl_exec_record_clear(&got);
 }
 
 /* ---- workers ---- */
@@ -1050,6 +1306,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_schema_missing_indexed_column, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_schema_extra_column, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_schema_no_tables, fixture_new, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_additive_refused, fixture_new, teardown),
+        cmocka_unit_test_setup_teardown(test_schema_additive_upgrade, fixture_new, teardown),
         cmocka_unit_test(test_schema_compare_pure),
         cmocka_unit_test_setup_teardown(test_no_schema_is_store_error, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_route_roundtrip, setup_ready, teardown),
@@ -1063,6 +1321,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exec_finish, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_finish_route_moved_on, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_mark_running, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_termination_reason, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_worker_upsert, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_admission, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_store_open_dispatch, fixture_new, teardown),
