@@ -18,6 +18,10 @@
  *             [--clients 32] [--sandboxes 50] [--serial 500] [--new 200]
  *             [--rounds 5]
  *
+ * With --daemon-pid (api_bench.sh passes it) the daemon's VmRSS is read
+ * idle, before anything is asked, and again with --memory-sandboxes (1000)
+ * sandboxes connected and 32 background commands in flight.
+ *
  * The token may come from SANDBOX_INTERNAL_TOKEN instead (argv shows in ps).
  * The daemon must accept sandboxes + 2 * new + 1 live sandboxes
  * (SANDBOX_WORKER_CAPACITY); bench/api_bench.sh starts such a daemon, runs
@@ -121,6 +125,8 @@ static struct {
     char token[512];
     char tag[32]; /* prefix of every id this run creates */
     int commands, clients, nsandboxes, serial, fresh, rounds;
+    int daemon_pid;  /* 0 = no memory phase */
+    int mem_sandboxes, mem_inflight;
     struct sandbox *sandboxes;
     struct sandbox warm; /* the serial row's sandbox */
     struct client *cls;
@@ -611,6 +617,7 @@ static void usage(void)
     fprintf(stderr, "usage: api_bench --url http://HOST:PORT [--token T] [--commands 5000] "
                     "[--clients 32]\n"
                     "                 [--sandboxes 50] [--serial 500] [--new 200] [--rounds 5]\n"
+                    "                 [--daemon-pid PID [--memory-sandboxes 1000]]\n"
                     "       (token defaults to $SANDBOX_INTERNAL_TOKEN)\n");
     exit(2);
 }
@@ -669,6 +676,8 @@ static void parse_args(int argc, char **argv)
     bench.serial = 500;
     bench.fresh = 200;
     bench.rounds = 5;
+    bench.mem_sandboxes = 1000;
+    bench.mem_inflight = 32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -691,6 +700,10 @@ static void parse_args(int argc, char **argv)
             bench.fresh = arg_int(v, 1, 1000000);
         else if (strcmp(a, "--rounds") == 0)
             bench.rounds = arg_int(v, 1, 1000);
+        else if (strcmp(a, "--daemon-pid") == 0)
+            bench.daemon_pid = arg_int(v, 1, 1 << 30);
+        else if (strcmp(a, "--memory-sandboxes") == 0)
+            bench.mem_sandboxes = arg_int(v, 1, 1000000);
         else
             usage();
     }
@@ -748,7 +761,7 @@ static void setup(void)
         if (!rows[i].lat)
             fail_setup("out of memory");
     }
-    bench.created_cap = bench.nsandboxes + 1 + 2 * bench.fresh;
+    bench.created_cap = bench.nsandboxes + 1 + 2 * bench.fresh + bench.mem_sandboxes;
     bench.created = calloc((size_t)bench.created_cap, sizeof(*bench.created));
     bench.sandboxes = calloc((size_t)bench.nsandboxes, sizeof(*bench.sandboxes));
     bench.cls = calloc((size_t)bench.clients, sizeof(*bench.cls));
@@ -838,10 +851,79 @@ static int slice(int total, int round)
                  (long long)total * round / bench.rounds);
 }
 
+/* ---- daemon memory ---------------------------------------------------- */
+
+/* VmRSS of the daemon in KiB (-1: unknown). */
+static long rss_kib(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    long kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (strncmp(line, "VmRSS:", 6) == 0)
+            kib = strtol(line + 6, NULL, 10);
+    fclose(f);
+    return kib;
+}
+
+/* A background command (answered RUNNING at once). */
+static int op_exec_background(struct http_conn *c, const struct sandbox *s, const char *exec_id,
+                              const char *shell)
+{
+    char path[256], body[512];
+    snprintf(path, sizeof(path), "/api/v1/sandboxes/%s/exec", s->id);
+    snprintf(body, sizeof(body),
+             "{\"exec_id\":\"%s\",\"generation\":%lld,\"argv\":[\"sh\",\"-c\",\"%s\"],"
+             "\"background\":true}",
+             exec_id, s->generation, shell);
+    struct http_resp r;
+    if (http_request(c, "POST", path, body, &r) < 0 || r.status != 200 ||
+        !json_string_is(r.body, "status", "RUNNING")) {
+        note_failure("background exec", NULL, "not RUNNING");
+        return -1;
+    }
+    return 0;
+}
+
+/* The issue's memory targets: RSS with mem_sandboxes connected and
+ * mem_inflight commands running (sampled while they run, the maximum). */
+static long memory_loaded(int *failures)
+{
+    struct sandbox *boxes = calloc((size_t)bench.mem_sandboxes, sizeof(*boxes));
+    if (!boxes)
+        return -1;
+    for (int i = 0; i < bench.mem_sandboxes; i++) {
+        snprintf(boxes[i].id, sizeof(boxes[i].id), "%s-mem-%d", bench.tag, i);
+        if (op_new_sandbox(bench.main_conn, &boxes[i]) < 0)
+            (*failures)++;
+    }
+    int n = bench.mem_inflight < bench.mem_sandboxes ? bench.mem_inflight : bench.mem_sandboxes;
+    for (int i = 0; i < n; i++) {
+        char exec_id[96];
+        snprintf(exec_id, sizeof(exec_id), "%s-mem-%d", bench.tag, i);
+        if (op_exec_background(bench.main_conn, &boxes[i], exec_id, "sleep 3") < 0)
+            (*failures)++;
+    }
+    long peak = -1;
+    for (int i = 0; i < 20; i++) {
+        long kib = rss_kib(bench.daemon_pid);
+        if (kib > peak)
+            peak = kib;
+        usleep(100 * 1000);
+    }
+    free(boxes);
+    return peak;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     parse_args(argc, argv);
+    /* Idle: the daemon as it started, before this run asked anything. */
+    long rss_idle = bench.daemon_pid ? rss_kib(bench.daemon_pid) : -1;
     setup();
 
     snprintf(rows[ROW_BASE_A].name, sizeof(rows[0].name),
@@ -905,6 +987,8 @@ int main(int argc, char **argv)
         run_parallel(&rows[ROW_NEW_PARALLEL], JOB_NEW, nfresh);
     }
     double total_s = (now_ns() - t_start) / 1e9;
+    int mem_failures = 0;
+    long rss_loaded = bench.daemon_pid ? memory_loaded(&mem_failures) : -1;
 
     char level[32];
     isolation_level(level, sizeof(level));
@@ -947,7 +1031,19 @@ int main(int argc, char **argv)
                pct_ms(&rows[ROW_SERIAL], 0.50) / REF_MS_PER_COMMAND, best / REF_COMMANDS_PER_S);
     }
 
-    int failures = 0;
+    if (bench.daemon_pid) {
+        printf("\nDaemon memory (VmRSS of sandloomd, pid %d):\n", bench.daemon_pid);
+        printf("- idle, before this run: %.1f MiB (target <= 16 MiB: %s)\n", rss_idle / 1024.0,
+               rss_idle >= 0 && rss_idle <= 16 * 1024 ? "met" : "MISSED");
+        printf("- %d sandboxes connected, %d commands in flight (peak of 20 samples over 2 s): "
+               "%.1f MiB (target <= 64 MiB: %s)\n",
+               bench.mem_sandboxes, bench.mem_inflight, rss_loaded / 1024.0,
+               rss_loaded >= 0 && rss_loaded <= 64 * 1024 && !mem_failures ? "met" : "MISSED");
+        if (mem_failures)
+            printf("- %d requests of the memory phase failed\n", mem_failures);
+    }
+
+    int failures = mem_failures;
     for (int i = 0; i < ROW_COUNT; i++)
         failures += rows[i].failures;
     if (failures) {

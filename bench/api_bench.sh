@@ -88,7 +88,7 @@ done
 [[ -n $PID ]] || { echo "api_bench.sh: no daemon, giving up" >&2; exit 2; }
 
 rc=0
-SANDBOX_INTERNAL_TOKEN=$TOKEN "$BENCH" --url "http://127.0.0.1:$PORT" "$@" || rc=$?
+SANDBOX_INTERNAL_TOKEN=$TOKEN "$BENCH" --url "http://127.0.0.1:$PORT" --daemon-pid "$PID" "$@" || rc=$?
 if [[ $rc -ne 0 ]]; then
     echo "--- sandloomd stderr (last 20 lines) ---" >&2
     tail -n 20 "$STATE/daemon.stderr" >&2 || true
