@@ -221,6 +221,8 @@ static void run_handler(void *arg)
         .method = st->method,
         .nparams = st->nparams,
         .body = body,
+        .raw_body = st->route->body ? NULL : st->body.data,
+        .raw_len = st->route->body ? 0 : st->body.len,
         .http_state = st,
     };
     memcpy(req.params, st->params, sizeof(req.params));

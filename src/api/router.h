@@ -19,6 +19,10 @@ struct sl_request {
     const char *params[SL_ROUTE_MAX_PARAMS]; /* path parameters, in pattern order */
     size_t nparams;
     json_t *body; /* parsed JSON object when the route takes a body */
+    /* The raw body for routes that parse their own (route->body false):
+     * valid for the handler's duration; NULL/0 when empty. */
+    const char *raw_body;
+    size_t raw_len;
     void *http_state; /* api/http.c's; see sl_request_defer */
     bool deferred;    /* set by sl_request_defer */
 };
@@ -65,6 +69,8 @@ struct sl_route_def {
 #define SL_ROUTE_DEFAULT_MAX_BODY ((size_t)64 * 1024)
 /* An exec request: 256 argv items and 128 env values of 64 Ki characters. */
 #define SL_ROUTE_EXEC_MAX_BODY ((size_t)26 * 1024 * 1024)
+/* MCP: SANDBOX_MAX_FILE_API_BYTES (32 MiB) + 1 MiB (MCP.md §1). */
+#define SL_ROUTE_MCP_MAX_BODY ((size_t)33 * 1024 * 1024)
 /* A file write: 45 MiB of base64 plus the JSON around it. */
 #define SL_ROUTE_FILE_MAX_BODY ((size_t)48 * 1024 * 1024 + 64 * 1024)
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/mcp.h"
 #include "api/pages.h"
 #include "api/router.h"
 #include "api/validate.h"
@@ -589,6 +590,8 @@ const struct sl_route_def sl_routes[] = {
      NULL, 0},
     {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0},
     {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0},
+    {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
+     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
      "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0},
     {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
