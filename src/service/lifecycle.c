@@ -609,3 +609,23 @@ out:
     sl_route_clear(&r);
     return answer;
 }
+
+/* ---- suspend / resume ------------------------------------------------------ */
+
+json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                       struct sl_error *err)
+{
+    (void)svc;
+    (void)sandbox_id;
+    (void)generation;
+    sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+    return NULL;
+}
+
+json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    (void)svc;
+    (void)sandbox_id;
+    sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+    return NULL;
+}

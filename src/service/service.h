@@ -63,6 +63,12 @@ json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t g
                        struct sl_error *err);
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
+/* Suspend / resume (API.md §3.15, §3.16). Until the suspend issue lands
+ * both refuse with SANDBOX_SUSPEND_UNSUPPORTED (501). */
+json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                       struct sl_error *err);
+json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+
 /* Exec (API.md §3.9, §4). */
 struct sl_exec_request {
     const char *exec_id;
