@@ -13,6 +13,7 @@
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "service/service.h"
+#include "store/store.h"
 
 #define MAX_PATH_CHARS 4096
 #define MAX_B64_CHARS 47185920
@@ -403,6 +404,45 @@ static void h_admin_execs(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+static void h_admin_sandboxes(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    struct sl_route_filter f = {.limit = 50};
+    f.status = query_bounded(req, &v, "status", 32);
+    f.workspace_scope_id = query_bounded(req, &v, "workspace_scope_id", 191);
+    f.worker_id = query_bounded(req, &v, "worker_id", 128);
+    f.search = query_bounded(req, &v, "search", 128);
+    query_paging(req, &v, &f.limit, &f.offset);
+    /* An empty filter value filters nothing. */
+    const char **fields[] = {&f.status, &f.workspace_scope_id, &f.worker_id, &f.search};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        if (*fields[i] && !**fields[i])
+            *fields[i] = NULL;
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_admin_sandboxes(req->svc, &f, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_admin_overview(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_admin_overview(req->svc, &err);
+    respond_result(resp, doc, &err);
+}
+
+static void h_diagnostics(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_diagnostics(req->svc, &err);
+    respond_result(resp, doc, &err);
+}
+
 static void h_admin_exec(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
@@ -565,6 +605,13 @@ static void h_file_move(struct sl_request *req, struct sl_response *resp)
 
 static const struct sl_query_param Q_GENERATION[] = {{"generation", "integer", true},
                                                      {NULL, NULL, false}};
+static const struct sl_query_param Q_ADMIN_SANDBOXES[] = {{"status", "string", false},
+                                                          {"workspace_scope_id", "string", false},
+                                                          {"worker_id", "string", false},
+                                                          {"search", "string", false},
+                                                          {"limit", "integer", false},
+                                                          {"offset", "integer", false},
+                                                          {NULL, NULL, false}};
 static const struct sl_query_param Q_ADMIN_EXECS[] = {{"sandbox_id", "string", false},
                                                       {"status", "string", false},
                                                       {"limit", "integer", false},
@@ -592,6 +639,8 @@ const struct sl_route_def sl_routes[] = {
     {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
      "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY},
+    {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,
+     "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
      "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0},
     {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
@@ -608,6 +657,10 @@ const struct sl_route_def sl_routes[] = {
      "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0},
+    {"GET", "/api/v1/admin/overview", h_admin_overview, true, false, "adminOverview",
+     "Fleet overview", NULL, "AdminOverview", NULL, 0},
+    {"GET", "/api/v1/admin/sandboxes", h_admin_sandboxes, true, false, "adminListSandboxes",
+     "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0},
     {"GET", "/api/v1/admin/execs", h_admin_execs, true, false, "adminListExecutions",
      "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0},
     {"GET", "/api/v1/admin/execs/{sandbox_id}/{exec_id}", h_admin_exec, true, false,

@@ -5,7 +5,11 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/util.h"
 #include "service/internal.h"
+
+/* How many registry entries a snapshot lists (FLEET.md §3.4). */
+#define SNAPSHOT_MAX_WORKERS 256
 
 /* argv from the stored request; [] when it cannot be read. */
 static json_t *stored_argv(const char *command_json)
@@ -93,4 +97,160 @@ json_t *sl_svc_admin_exec(struct sl_service *svc, const char *sandbox_id, const 
     json_t *o = admin_exec_item(&rec, true);
     sl_exec_record_clear(&rec);
     return o;
+}
+
+/* ---- overview, sandboxes, diagnostics ------------------------------------ */
+
+static json_t *ts_or_null(int64_t us) { return sl_json_ts(us, "Z"); }
+
+json_t *sl_svc_admin_sandboxes(struct sl_service *svc, const struct sl_route_filter *f,
+                               struct sl_error *err)
+{
+    struct sl_route *v = NULL;
+    size_t n = 0;
+    int64_t total = 0;
+    if (svc->store->ops->route_list(svc->store, f, &v, &n, &total, err) < 0)
+        return NULL;
+    int64_t now = sl_now_us();
+    json_t *items = json_array();
+    for (size_t i = 0; items && i < n; i++) {
+        const struct sl_route *r = &v[i];
+        bool released = strcmp(r->status, "RELEASED") == 0;
+        double idle = r->last_active_at && now > r->last_active_at
+                          ? (double)(now - r->last_active_at) / 1e6
+                          : 0.0;
+        json_array_append_new(
+            items,
+            json_pack("{s:s,s:s,s:o,s:I,s:I,s:s,s:s,s:s,s:o,s:o,s:o,s:I,s:I,s:o}", "sandbox_id",
+                      r->sandbox_id, "workspace_scope_id", r->workspace_scope_id, "worker_id",
+                      sl_json_str_or_null(r->worker_id), "generation", (json_int_t)r->generation,
+                      "sandbox_uid", (json_int_t)r->sandbox_uid, "status", r->status,
+                      "storage_mode", r->storage_mode, "profile_id",
+                      r->profile_id ? r->profile_id : "", "created_at", ts_or_null(r->created_at),
+                      "last_active_at", ts_or_null(r->last_active_at), "ready_at",
+                      ts_or_null(r->ready_at), "lifecycle_count", (json_int_t)r->lifecycle_count,
+                      "total_lifetime_ms", (json_int_t)r->total_lifetime_ms, "idle_seconds",
+                      released ? json_null() : json_real(idle)));
+    }
+    sl_routes_free(v, n);
+    if (!items) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    return json_pack("{s:o,s:I,s:I,s:I}", "sandboxes", items, "total", (json_int_t)total, "limit",
+                     (json_int_t)f->limit, "offset", (json_int_t)f->offset);
+}
+
+json_t *sl_svc_admin_overview(struct sl_service *svc, struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    struct sl_status_count *counts = NULL;
+    size_t ncounts = 0;
+    if (svc->store->ops->route_status_counts(svc->store, &counts, &ncounts, err) < 0)
+        return NULL;
+    struct sl_worker_record *rows = NULL;
+    size_t nrows = 0;
+    if (svc->store->ops->worker_list(svc->store, &rows, &nrows, err) < 0) {
+        free(counts);
+        return NULL;
+    }
+    json_t *hist = json_object();
+    int64_t sandbox_total = 0;
+    for (size_t i = 0; i < ncounts; i++) {
+        json_object_set_new(hist, counts[i].status, json_integer(counts[i].count));
+        sandbox_total += counts[i].count;
+    }
+    free(counts);
+
+    int64_t now = sl_now_us();
+    json_t *workers = json_array();
+    int64_t live_total = 0, capacity_total = 0, sessions_total = 0;
+    for (size_t i = 0; i < nrows; i++) {
+        const struct sl_worker_record *w = &rows[i];
+        struct sl_worker_entry entry;
+        struct sl_error ignored = {0};
+        bool in_registry = svc->registry->ops->get(svc->registry, w->worker_id, &entry,
+                                                   &ignored) == 1;
+        double age = w->heartbeat_at ? (double)(now - w->heartbeat_at) / 1e6 : -1;
+        if (age < 0 && w->heartbeat_at)
+            age = 0;
+        bool live = in_registry || (w->heartbeat_at && age < cfg->heartbeat_ttl_seconds);
+        if (live) {
+            live_total++;
+            capacity_total += w->capacity;
+            sessions_total += w->running_sessions;
+        }
+        json_array_append_new(
+            workers,
+            json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:o,s:o,s:o,s:b}", "worker_id", w->worker_id,
+                      "worker_epoch", w->worker_epoch, "endpoint", w->endpoint, "status",
+                      w->status, "capacity", (json_int_t)w->capacity, "running_sessions",
+                      (json_int_t)w->running_sessions, "profile_hash", w->profile_hash,
+                      "started_at", ts_or_null(w->started_at), "heartbeat_at",
+                      ts_or_null(w->heartbeat_at), "heartbeat_age_seconds",
+                      w->heartbeat_at ? json_real(age) : json_null(), "live", live));
+    }
+    free(rows);
+    json_t *health = sl_svc_healthz(svc);
+    json_t *worker = json_object_get(health, "worker");
+    json_t *doc = json_pack(
+        "{s:o,s:I,s:o,s:I,s:I,s:I,s:I,s:i,s:b,s:O,s:O,s:O,s:b}", "sandboxes_by_status", hist,
+        "sandbox_total", (json_int_t)sandbox_total, "workers", workers, "worker_total",
+        (json_int_t)nrows, "live_worker_total", (json_int_t)live_total, "capacity_total",
+        (json_int_t)capacity_total, "running_sessions_total", (json_int_t)sessions_total,
+        "template_total", 0, "templates_shared", false, "isolation",
+        json_object_get(worker, "capabilities"), "disk", json_object_get(health, "disk"),
+        "reclamation", json_object_get(worker, "reclamation"), "fleet_queries_available", true);
+    json_decref(health);
+    if (!doc)
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    return doc;
+}
+
+json_t *sl_svc_diagnostics(struct sl_service *svc, struct sl_error *err)
+{
+    struct sl_worker_entry *v = NULL;
+    size_t n = 0, excluded = 0;
+    int truncated = 0;
+    if (svc->registry->ops->list(svc->registry, SNAPSHOT_MAX_WORKERS, &v, &n, &excluded,
+                                 &truncated, err) < 0)
+        return NULL;
+    json_t *workers = json_array();
+    int64_t capacity = 0, sessions = 0, remaining = 0, execs = 0, exec_capacity = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct sl_worker_entry *w = &v[i];
+        json_array_append_new(
+            workers, json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:s}", "worker_id", w->worker_id,
+                               "status", w->status, "capacity", (json_int_t)w->capacity,
+                               "running_sessions", (json_int_t)w->running_sessions,
+                               "running_execs", (json_int_t)w->running_execs,
+                               "max_parallel_execs_per_sandbox",
+                               (json_int_t)w->max_parallel_execs_per_sandbox, "observed_at",
+                               (json_int_t)w->observed_at, "profile_id", w->profile_id));
+        capacity += w->capacity;
+        sessions += w->running_sessions;
+        if (strcmp(w->status, "ACTIVE") == 0 && w->capacity > w->running_sessions)
+            remaining += w->capacity - w->running_sessions;
+        execs += w->running_execs;
+        exec_capacity += w->running_sessions * w->max_parallel_execs_per_sandbox;
+    }
+    free(v);
+    json_t *totals =
+        n == 0 ? json_null()
+               : json_pack("{s:I,s:I,s:I,s:I,s:I,s:I}", "session_capacity", (json_int_t)capacity,
+                           "running_sessions", (json_int_t)sessions, "remaining_sessions",
+                           (json_int_t)remaining, "running_execs", (json_int_t)execs,
+                           "existing_session_exec_capacity", (json_int_t)exec_capacity,
+                           "existing_session_free_execs",
+                           (json_int_t)(exec_capacity > execs ? exec_capacity - execs : 0));
+    json_t *doc = json_pack(
+        "{s:b,s:s,s:o,s:I,s:b,s:o,s:n,s:s}", "available", true, "scope", "observed_workers",
+        "workers", workers, "excluded_workers", (json_int_t)excluded, "truncated", truncated != 0,
+        "totals", totals, "queue_length", "note",
+        "A snapshot of the workers' last heartbeats (at most 256, stale ones excluded): "
+        "capacity is sessions per worker; there is no queue, a full fleet refuses new "
+        "sandboxes with NO_SANDBOX_WORKER_AVAILABLE.");
+    if (!doc)
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    return doc;
 }

@@ -108,6 +108,14 @@ json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const
                            int64_t limit, int64_t offset, struct sl_error *err);
 json_t *sl_svc_admin_exec(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                           struct sl_error *err);
+struct sl_route_filter;
+/* GET /api/v1/admin/sandboxes (filter and paging already validated). */
+json_t *sl_svc_admin_sandboxes(struct sl_service *svc, const struct sl_route_filter *f,
+                               struct sl_error *err);
+/* GET /api/v1/admin/overview. */
+json_t *sl_svc_admin_overview(struct sl_service *svc, struct sl_error *err);
+/* GET /api/v1/sandboxes/diagnostics/runtime (API.md §3.17, FLEET.md §3.4). */
+json_t *sl_svc_diagnostics(struct sl_service *svc, struct sl_error *err);
 /* Kill every running command and wait until each has been recorded
  * (CANCELLED) and its waiter answered. Before stopping the HTTP server. */
 void sl_service_stop_execs(struct sl_service *svc);

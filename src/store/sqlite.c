@@ -83,6 +83,10 @@ enum stmt_id {
     ST_EXEC_LIST,
     ST_EXEC_COUNT,
     ST_ROUTE_UIDS_OF_WORKER,
+    ST_ROUTE_LIST,
+    ST_ROUTE_COUNT,
+    ST_ROUTE_HISTOGRAM,
+    ST_WORKER_LIST,
     ST_COUNT
 };
 
@@ -132,6 +136,21 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "created_at, termination_reason FROM " EXEC_TABLE
                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
                      "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
+    /* ?4 is the search pattern, already escaped for LIKE ... ESCAPE '\\'. */
+    [ST_ROUTE_LIST] = "SELECT " ROUTE_COLUMNS " FROM " ROUTE_TABLE
+                      " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"
+                      " AND (?3 IS NULL OR worker_id = ?3)"
+                      " AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '\\')"
+                      " ORDER BY last_active_at DESC, sandbox_id LIMIT ?5 OFFSET ?6",
+    [ST_ROUTE_COUNT] = "SELECT COUNT(*) FROM " ROUTE_TABLE
+                       " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"
+                       " AND (?3 IS NULL OR worker_id = ?3)"
+                       " AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '\\')",
+    [ST_ROUTE_HISTOGRAM] = "SELECT status, COUNT(*) FROM " ROUTE_TABLE
+                           " GROUP BY status ORDER BY status",
+    [ST_WORKER_LIST] = "SELECT worker_id, worker_epoch, endpoint, status, capacity, "
+                       "running_sessions, profile_hash, heartbeat_at, started_at, updated_at FROM "
+                       WORKER_TABLE " ORDER BY worker_id",
     [ST_ROUTE_UIDS_OF_WORKER] = "SELECT DISTINCT sandbox_uid FROM " ROUTE_TABLE
                                 " WHERE worker_id = ?1 AND status <> 'RELEASED'",
     [ST_EXEC_COUNT] = "SELECT COUNT(*) FROM " EXEC_TABLE
@@ -983,6 +1002,170 @@ static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
     return 0;
 }
 
+/* "%<search with %, _ and \ escaped>%" for LIKE ... ESCAPE '\'. */
+static char *like_pattern(const char *search)
+{
+    size_t n = strlen(search);
+    char *p = malloc(2 * n + 3);
+    if (!p)
+        return NULL;
+    size_t j = 0;
+    p[j++] = '%';
+    for (size_t i = 0; i < n; i++) {
+        if (search[i] == '%' || search[i] == '_' || search[i] == '\\')
+            p[j++] = '\\';
+        p[j++] = search[i];
+    }
+    p[j++] = '%';
+    p[j] = '\0';
+    return p;
+}
+
+static void route_filter_bind(struct binder *b, const struct sl_route_filter *f,
+                              const char *pattern)
+{
+    bind_text(b, 1, f->status);
+    bind_text(b, 2, f->workspace_scope_id);
+    bind_text(b, 3, f->worker_id);
+    bind_text(b, 4, pattern);
+}
+
+static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f,
+                             struct sl_route **out, size_t *n, int64_t *total,
+                             struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    *total = 0;
+    _cleanup_free_ char *pattern = NULL;
+    if (f->search && !(pattern = like_pattern(f->search)))
+        return oom(err);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    {
+        _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_COUNT, err);
+        if (!stmt)
+            return -1;
+        struct binder b = {stmt, SQLITE_OK};
+        route_filter_bind(&b, f, pattern);
+        if (bind_done(st, &b, err) < 0 || step(st, stmt, err) < 0)
+            return -1;
+        *total = sqlite3_column_int64(stmt, 0);
+    }
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_LIST, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    route_filter_bind(&b, f, pattern);
+    bind_int64(&b, 5, f->limit);
+    bind_int64(&b, 6, f->offset);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    struct sl_route *v = calloc((size_t)(f->limit > 0 ? f->limit : 1), sizeof(*v));
+    if (!v)
+        return oom(err);
+    size_t count = 0;
+    int r = 0;
+    while (count < (size_t)f->limit && (r = step(st, stmt, err)) == 1) {
+        if (route_read(stmt, &v[count], err) < 0) {
+            sl_routes_free(v, count);
+            return -1;
+        }
+        count++;
+    }
+    if (r < 0) {
+        sl_routes_free(v, count);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
+static int sqlite_route_status_counts(struct sl_store *s, struct sl_status_count **out,
+                                      size_t *n, struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_HISTOGRAM, err);
+    if (!stmt)
+        return -1;
+    size_t cap = 0;
+    struct sl_status_count *v = NULL;
+    int r;
+    while ((r = step(st, stmt, err)) == 1) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            struct sl_status_count *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                return oom(err);
+            }
+            v = nv;
+        }
+        const unsigned char *status = sqlite3_column_text(stmt, 0);
+        snprintf(v[*n].status, sizeof(v[*n].status), "%s", status ? (const char *)status : "");
+        v[*n].count = sqlite3_column_int64(stmt, 1);
+        (*n)++;
+    }
+    if (r < 0) {
+        free(v);
+        *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int sqlite_worker_list(struct sl_store *s, struct sl_worker_record **out, size_t *n,
+                              struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_WORKER_LIST, err);
+    if (!stmt)
+        return -1;
+    size_t cap = 0;
+    struct sl_worker_record *v = NULL;
+    int r;
+    while ((r = step(st, stmt, err)) == 1) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 8;
+            struct sl_worker_record *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                return oom(err);
+            }
+            v = nv;
+        }
+        struct sl_worker_record *w = &v[*n];
+        memset(w, 0, sizeof(*w));
+        struct reader rd = {stmt, false, NULL};
+        read_word(&rd, 0, w->worker_id, sizeof(w->worker_id));
+        read_word(&rd, 1, w->worker_epoch, sizeof(w->worker_epoch));
+        read_word(&rd, 2, w->endpoint, sizeof(w->endpoint));
+        read_word(&rd, 3, w->status, sizeof(w->status));
+        w->capacity = read_int64(&rd, 4, 0);
+        w->running_sessions = read_int64(&rd, 5, 0);
+        read_word(&rd, 6, w->profile_hash, sizeof(w->profile_hash));
+        w->heartbeat_at = read_ts(&rd, 7);
+        w->started_at = read_ts(&rd, 8);
+        w->updated_at = read_ts(&rd, 9);
+        (*n)++;
+    }
+    if (r < 0) {
+        free(v);
+        *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
 static int sqlite_route_uids_of_worker(struct sl_store *s, const char *worker_id, int64_t **uids,
                                        struct sl_error *err)
 {
@@ -1342,6 +1525,9 @@ static const struct sl_store_ops sqlite_ops = {
     .exec_admit = sqlite_exec_admit,
     .exec_list = sqlite_exec_list,
     .route_uids_of_worker = sqlite_route_uids_of_worker,
+    .route_list = sqlite_route_list,
+    .route_status_counts = sqlite_route_status_counts,
+    .worker_list = sqlite_worker_list,
     .exec_finish = sqlite_exec_finish,
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,

@@ -94,3 +94,10 @@ void sl_exec_records_free(struct sl_exec_record *v, size_t n)
         sl_exec_record_clear(&v[i]);
     free(v);
 }
+
+void sl_routes_free(struct sl_route *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        sl_route_clear(&v[i]);
+    free(v);
+}

@@ -80,6 +80,31 @@ struct sl_exec_record {
 void sl_exec_record_clear(struct sl_exec_record *e);
 void sl_exec_records_free(struct sl_exec_record *v, size_t n);
 
+/* Admin listing of routes (API.md §3.18): NULL = any; `search` is a
+ * substring of sandbox_id matched literally (%, _ and \ included). */
+struct sl_route_filter {
+    const char *status, *workspace_scope_id, *worker_id, *search;
+    int64_t limit, offset;
+};
+void sl_routes_free(struct sl_route *v, size_t n);
+
+/* A worker row as read back (FLEET.md §2.1). */
+struct sl_worker_record {
+    char worker_id[129];
+    char worker_epoch[65];
+    char endpoint[513];
+    char status[33];
+    int64_t capacity, running_sessions;
+    char profile_hash[192];
+    int64_t heartbeat_at, started_at, updated_at; /* µs, 0 = unknown */
+};
+
+/* One bucket of the route status histogram. */
+struct sl_status_count {
+    char status[33];
+    int64_t count;
+};
+
 struct sl_exec_filter {
     const char *sandbox_id; /* NULL = any */
     const char *status;     /* NULL = any */
@@ -167,6 +192,17 @@ struct sl_store_ops {
     int (*exec_list)(struct sl_store *s, const struct sl_exec_filter *f,
                      struct sl_exec_record **out, size_t *n, int64_t *total,
                      struct sl_error *err);
+
+    /* Admin (API.md §3.18): routes ordered by last_active_at descending,
+     * paged, with the unpaged *total; free with sl_routes_free. */
+    int (*route_list)(struct sl_store *s, const struct sl_route_filter *f, struct sl_route **out,
+                      size_t *n, int64_t *total, struct sl_error *err);
+    /* Route counts by status; *out malloc'd (caller frees). */
+    int (*route_status_counts)(struct sl_store *s, struct sl_status_count **out, size_t *n,
+                               struct sl_error *err);
+    /* Every worker row ordered by worker_id; *out malloc'd (caller frees). */
+    int (*worker_list)(struct sl_store *s, struct sl_worker_record **out, size_t *n,
+                       struct sl_error *err);
 
     /* The sandbox uids of routes assigned to worker_id that are not
      * RELEASED (at startup: the sandboxes a previous incarnation of this
