@@ -163,6 +163,29 @@ static void h_connect(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+static void h_suspend(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_suspend(req->svc, req->params[0], generation, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_resume(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_resume(req->svc, req->params[0], &err);
+    respond_result(resp, doc, &err);
+}
+
 static void h_release(struct sl_request *req, struct sl_response *resp)
 {
     /* Any ?generation= is ignored: release uses the route's current one. */
@@ -649,6 +672,11 @@ const struct sl_route_def sl_routes[] = {
      "ConnectRequest", "ConnectResponse", NULL, 0},
     {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
      "ReleaseResponse", NULL, 0},
+    {"POST", SBX "/suspend", h_suspend, true, true, "suspendSandbox",
+     "Suspend: stop every process, keep the files, free the slot", "ConnectRequest",
+     "SuspendResponse", NULL, 0},
+    {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
+     NULL, "ResumeResponse", NULL, 0},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
      "AuditResponse", NULL, 0},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",

@@ -499,6 +499,17 @@ json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const
     return json_pack("{s:b}", "cancelled", cancelled);
 }
 
+int svc_execs_running(struct sl_service *svc, const char *sandbox_id)
+{
+    int n = 0;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (strcmp(x->sandbox_id, sandbox_id) == 0)
+            n++;
+    pthread_mutex_unlock(&svc->execs_lock);
+    return n;
+}
+
 int svc_execs_start(struct sl_service *svc, struct sl_error *err)
 {
     pthread_mutex_init(&svc->execs_lock, NULL);

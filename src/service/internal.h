@@ -93,6 +93,9 @@ void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t gen
 json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t limit,
                          struct sl_error *err);
 
+/* Executions of this sandbox running on this worker now. */
+int svc_execs_running(struct sl_service *svc, const char *sandbox_id);
+
 /* service/exec.c: set up / stop the execution table and completion pool. */
 int svc_execs_start(struct sl_service *svc, struct sl_error *err);
 void svc_execs_close(struct sl_service *svc);

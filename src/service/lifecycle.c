@@ -402,9 +402,10 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
         } else if (strcmp(r.profile_id, profile) != 0) {
             sl_error_set(err, SL_E_PROFILE_MISMATCH, 0, "SANDBOX_PROFILE_MISMATCH");
         } else if (is_dormant(&r)) {
-            /* Suspend/resume arrives with its own issue; no route of this
-             * build can be dormant unless another build made it so. */
-            sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+            /* Step 5: wake it, then answer with the route as resolve does. */
+            json_t *woken = sl_svc_resume(svc, sandbox_id, err);
+            rc = woken ? 0 : -1; /* 0: re-read and answer below */
+            json_decref(woken);
         } else if (strcmp(r.profile_hash, svc->profile_hash) != 0) {
             rc = place(svc, &owner, err) < 0
                      ? -1
@@ -610,22 +611,232 @@ out:
     return answer;
 }
 
-/* ---- suspend / resume ------------------------------------------------------ */
+/* ---- suspend / resume (API.md §3.15, §3.16, §7) ------------------------- */
+
+static json_t *suspend_view(const struct sl_route *r, bool suspended, bool snapshot,
+                            int64_t retention_s)
+{
+    int64_t until = retention_s > 0 && r->last_active_at
+                        ? r->last_active_at + retention_s * 1000000
+                        : 0;
+    return json_pack("{s:s,s:I,s:s,s:b,s:b,s:o}", "sandbox_id", r->sandbox_id, "generation",
+                     (json_int_t)r->generation, "status", "SUSPENDED", "snapshot", snapshot,
+                     "suspended", suspended, "retained_until", sl_json_ts(until, "Z"));
+}
+
+/* Move the route from one status to another at its generation. 1 done, 0
+ * lost the race, -1 error. */
+static int route_move(struct sl_service *svc, struct sl_route *r, const char *from,
+                      const char *to, bool touch, struct sl_error *err)
+{
+    int64_t now = sl_now_us();
+    snprintf(r->status, sizeof(r->status), "%s", to);
+    if (touch)
+        r->last_active_at = now;
+    r->updated_at = now;
+    const char *expect[] = {from, NULL};
+    return svc->store->ops->route_cas(svc->store, r, r->generation, expect, err);
+}
+
+/* The worker's suspend (§7): nothing may run or hold the sandbox; every
+ * process goes (a suspended sandbox costs no process), the directory stays,
+ * the capacity slot is freed. No object store in this build: no snapshot. */
+static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool *snapshot,
+                          struct sl_error *err)
+{
+    *snapshot = false;
+    if (strcmp(svc->cfg->suspend_snapshot, "always") == 0)
+        return sl_error_set(err, "SANDBOX_SNAPSHOT_UNAVAILABLE", 0,
+                            "SANDBOX_SNAPSHOT_UNAVAILABLE");
+    if (svc_execs_running(svc, r->sandbox_id) > 0)
+        return sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
+    struct sl_error ignored = {0};
+    _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, r->sandbox_id,
+                                                 &ignored);
+    _cleanup_close_ int lockfd = -1;
+    if (rootfd >= 0) {
+        /* Any file call or execution holds the global lock: busy. */
+        lockfd = ws_lock_global(rootfd, true, false, "SANDBOX_SUSPEND_BUSY", err);
+        if (lockfd < 0)
+            return -1;
+    }
+    svc_live_remove(svc, r->sandbox_id);
+    if (sl_rt_kill_sandbox(svc->runtime, (uid_t)r->sandbox_uid, err) < 0)
+        return sl_error_wrap(err, "suspend %s", r->sandbox_id);
+    return 0;
+}
+
+static bool owner_is_us(const struct sl_service *svc, const struct sl_route *r)
+{
+    return r->worker_id && strcmp(r->worker_id, svc->worker_id) == 0 && r->worker_epoch &&
+           strcmp(r->worker_epoch, svc->worker_epoch) == 0;
+}
 
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                        struct sl_error *err)
 {
-    (void)svc;
-    (void)sandbox_id;
-    (void)generation;
-    sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+    int64_t retention = svc->cfg->suspended_retention_seconds;
+    for (int attempt = 0; attempt < RESOLVE_ATTEMPTS; attempt++) {
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return NULL;
+        if (!found) {
+            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
+            return NULL;
+        }
+        json_t *answer = NULL;
+        int rc = 1;
+        if (r.generation != generation) {
+            sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        } else if (status_is(&r, "SUSPENDED")) {
+            answer = suspend_view(&r, false, false, retention); /* a no-op */
+        } else if (status_is(&r, "RUNNING") || (status_is(&r, "READY") && r.active_exec_id)) {
+            sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
+        } else if (status_is(&r, "ASSIGNED")) {
+            sl_error_set(err, "SANDBOX_NOT_READY", 0, "SANDBOX_NOT_READY");
+        } else if (!status_is(&r, "READY") && !status_is(&r, "SUSPENDING")) {
+            sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        } else if (status_is(&r, "READY") &&
+                   (rc = route_move(svc, &r, "READY", "SUSPENDING", false, err)) != 1) {
+            /* lost the claim (rc 0: re-read) or failed */
+        } else {
+            /* SUSPENDING: ours now, or left by an earlier attempt. */
+            bool snapshot = false;
+            struct sl_worker_entry owner;
+            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id,
+                                                             &owner, err)
+                                   : 0;
+            bool same_epoch = live == 1 && r.worker_epoch &&
+                              strcmp(owner.worker_epoch, r.worker_epoch) == 0;
+            if (live < 0) {
+                rc = -1;
+            } else if (same_epoch && !owner_is_us(svc, &r)) {
+                /* Forwarding to a peer is not built: the reaper finishes it. */
+                sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+            } else if (same_epoch && worker_suspend(svc, &r, &snapshot, err) < 0) {
+                struct sl_error ignored = {0};
+                (void)route_move(svc, &r, "SUSPENDING", "READY", false, &ignored);
+            } else if ((rc = route_move(svc, &r, "SUSPENDING", "SUSPENDED", true, err)) == 1) {
+                answer = suspend_view(&r, true, snapshot, retention);
+            }
+        }
+        sl_route_clear(&r);
+        if (answer)
+            return answer;
+        if (rc < 0 || err->code)
+            return NULL;
+    }
+    sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
     return NULL;
+}
+
+/* The worker's resume (§7, restore mode "reuse"): the directory must be
+ * here; the sandbox becomes live and READY. */
+static json_t *worker_resume(struct sl_service *svc, struct sl_route *r,
+                             const struct sl_worker_entry *owner, struct sl_error *err)
+{
+    struct sl_error ignored = {0};
+    int rootfd = ws_sandbox_open(svc->cfg->workspace_root, r->sandbox_id, &ignored);
+    if (rootfd < 0) {
+        (void)route_move(svc, r, "ASSIGNED", "SUSPENDED", false, &ignored);
+        sl_error_set(err, "SANDBOX_WORKSPACE_LOST", 0, "SANDBOX_WORKSPACE_LOST");
+        return NULL;
+    }
+    close(rootfd);
+    if (!r->ready_at)
+        r->ready_at = sl_now_us();
+    int rc = route_move(svc, r, "ASSIGNED", "READY", true, err);
+    if (rc <= 0) {
+        if (rc == 0)
+            sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
+        return NULL;
+    }
+    if (svc_live_register(svc, r->sandbox_id, r->generation, (uid_t)r->sandbox_uid) < 0) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    json_t *view = resolve_view(r, owner);
+    json_object_set_new(view, "resumed", json_true());
+    json_object_set_new(view, "workspace_source", json_string("reused"));
+    return view;
 }
 
 json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
 {
-    (void)svc;
-    (void)sandbox_id;
-    sl_error_set(err, "SANDBOX_SUSPEND_UNSUPPORTED", 0, "SANDBOX_SUSPEND_UNSUPPORTED");
+    for (int attempt = 0; attempt < RESOLVE_ATTEMPTS; attempt++) {
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return NULL;
+        if (!found) {
+            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
+            return NULL;
+        }
+        json_t *answer = NULL;
+        int rc = 1;
+        if (status_is(&r, "RELEASED") || status_is(&r, "RELEASING")) {
+            sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        } else if (status_is(&r, "SUSPENDING")) {
+            sl_error_set(err, "SANDBOX_SUSPEND_IN_PROGRESS", 0, "SANDBOX_SUSPEND_IN_PROGRESS");
+        } else if (!status_is(&r, "SUSPENDED")) {
+            /* Awake: a no-op, after the recovery resolve runs for a lost owner. */
+            answer = sl_svc_resolve(svc, sandbox_id, r.workspace_scope_id, r.profile_id, err);
+            if (answer) {
+                json_object_set_new(answer, "resumed", json_false());
+                json_object_set_new(answer, "workspace_source", json_string("active"));
+            }
+            rc = answer ? 1 : -1;
+        } else {
+            struct sl_worker_entry owner;
+            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id,
+                                                             &owner, err)
+                                   : 0;
+            bool usable = live == 1 && strcmp(owner.status, "ACTIVE") == 0 &&
+                          strcmp(owner.profile_hash, svc->profile_hash) == 0 &&
+                          owner.running_sessions < owner.capacity;
+            if (live < 0) {
+                rc = -1;
+            } else if (live == 1 && !usable) {
+                sl_error_set(err, SL_E_NO_WORKER, 0, "NO_SANDBOX_WORKER_AVAILABLE");
+            } else if (live != 1) {
+                /* Local storage and no snapshots in this build: the directory
+                 * lives only on the original worker. */
+                sl_error_set(err, "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE", 0,
+                             "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE");
+            } else if (strcmp(owner.worker_id, svc->worker_id) != 0) {
+                sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+            } else {
+                bool new_epoch = !r.worker_epoch || strcmp(r.worker_epoch, owner.worker_epoch) != 0;
+                bool new_hash = strcmp(r.profile_hash, svc->profile_hash) != 0;
+                if (new_epoch || new_hash)
+                    /* generation + 1, ASSIGNED, history entry */
+                    rc = route_reassign(svc, &r, &owner,
+                                        new_hash ? "PROFILE_UPGRADE" : "WORKER_REASSIGNED",
+                                        r.workspace_scope_id, err);
+                else
+                    rc = route_move(svc, &r, "SUSPENDED", "ASSIGNED", false, err);
+                if (rc == 1) {
+                    struct sl_route now_r = {0};
+                    int again = svc->store->ops->route_get(svc->store, sandbox_id, &now_r, err);
+                    if (again == 1 && status_is(&now_r, "ASSIGNED"))
+                        answer = worker_resume(svc, &now_r, &owner, err);
+                    else if (again >= 0)
+                        rc = 0;
+                    else
+                        rc = -1;
+                    sl_route_clear(&now_r);
+                    if (!answer && rc == 1)
+                        rc = -1;
+                }
+            }
+        }
+        sl_route_clear(&r);
+        if (answer)
+            return answer;
+        if (rc < 0 || err->code)
+            return NULL;
+    }
+    sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
     return NULL;
 }
