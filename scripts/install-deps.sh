@@ -8,7 +8,9 @@ tier="${1:-test}"
 build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
             libcap-dev libseccomp-dev python3)
-test_pkgs=(libcmocka-dev python3-pytest curl)
+# chromium: the console's browser test (driven by npm playwright-core with the
+# machine's Node.js 20; Debian's own nodejs 18 is too old for it).
+test_pkgs=(libcmocka-dev python3-pytest curl chromium)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "api/errors.h"
+#include "api/mcp.h"
 #include "api/router.h"
 #include "common/cleanup.h"
 #include "common/log.h"
@@ -84,6 +85,17 @@ static enum MHD_Result queue_error(struct MHD_Connection *conn, const char *code
     resp.len = resp.body ? strlen(resp.body) : 0;
     if (allow)
         snprintf(resp.allow, sizeof(resp.allow), "%s", allow);
+    return queue(conn, &resp);
+}
+
+static enum MHD_Result queue_mcp_unauthorized(struct MHD_Connection *conn)
+{
+    struct sl_response resp = {
+        .status = 401,
+        .content_type = "application/json",
+        .body = strdup(SL_MCP_UNAUTHORIZED_BODY),
+    };
+    resp.len = resp.body ? strlen(resp.body) : 0;
     return queue(conn, &resp);
 }
 
@@ -267,6 +279,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * nothing about which paths exist and no body is parsed for it. */
         if (needs_auth && !authorized(http, conn)) {
             st->phase = PH_DONE;
+            /* The MCP endpoint keeps the reference's own 401 body (MCP.md
+             * §1.1, key "error"); every other path the one error shape. */
+            if (strcmp(url, SL_MCP_PATH) == 0)
+                return queue_mcp_unauthorized(conn);
             return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
                                NULL);
         }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/exec_request.h"
 #include "api/mcp.h"
 #include "api/pages.h"
 #include "api/router.h"
@@ -104,13 +105,13 @@ static void h_openapi(struct sl_request *req, struct sl_response *resp)
 static void h_docs(struct sl_request *req, struct sl_response *resp)
 {
     (void)req;
-    respond_text(resp, 200, "text/html; charset=utf-8", SL_PAGE_DOCS);
+    respond_text(resp, 200, "text/html; charset=utf-8", sl_page_docs);
 }
 
 static void h_admin(struct sl_request *req, struct sl_response *resp)
 {
     (void)req;
-    respond_text(resp, 200, "text/html; charset=utf-8", SL_PAGE_ADMIN);
+    respond_text(resp, 200, "text/html; charset=utf-8", sl_page_console);
 }
 
 /* ---- lifecycle --------------------------------------------------------------- */
@@ -257,90 +258,113 @@ static void exec_answered(json_t *doc, void *ctx)
     sl_deferred_respond(ctx, &r);
 }
 
-static void h_exec(struct sl_request *req, struct sl_response *resp)
+bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validation *v,
+                       struct sl_api_exec *out)
 {
-    struct sl_validation v;
-    sl_v_init(&v);
-    const json_t *b = req->body;
+    memset(out, 0, sizeof(*out));
     int64_t generation = 0, timeout = 0;
     bool timeout_null = true, background = false;
-    const char *exec_id = sl_v_string(&v, b, "exec_id", true, 3, 128, true, NULL);
-    sl_v_int(&v, b, "generation", true, 1, INT64_MAX, 0, &generation);
+    const char *exec_id = sl_v_string(v, b, "exec_id", true, 3, 128, true, NULL);
+    sl_v_int(v, b, "generation", true, 1, INT64_MAX, 0, &generation);
 
     json_t *argv_json = json_object_get(b, "argv");
     size_t argc = 0;
-    _cleanup_free_ const char **argv = NULL;
     if (!json_is_array(argv_json) || json_array_size(argv_json) < 1 ||
         json_array_size(argv_json) > 256) {
-        sl_v_fail(&v, "argv");
+        sl_v_fail(v, "argv");
     } else {
         argc = json_array_size(argv_json);
-        argv = calloc(argc + 1, sizeof(*argv));
-        for (size_t i = 0; argv && i < argc; i++) {
+        out->argv = calloc(argc + 1, sizeof(*out->argv));
+        if (!out->argv)
+            sl_v_fail(v, "argv");
+        for (size_t i = 0; out->argv && i < argc; i++) {
             json_t *item = json_array_get(argv_json, i);
             if (!json_is_string(item) || strlen(json_string_value(item)) != json_string_length(item) ||
                 sl_v_utf8_len(json_string_value(item), json_string_length(item)) > 65536) {
-                sl_v_fail(&v, "argv");
+                sl_v_fail(v, "argv");
                 break;
             }
-            argv[i] = json_string_value(item);
+            out->argv[i] = json_string_value(item);
         }
     }
-    const char *cwd = sl_v_string(&v, b, "cwd", false, 0, 4096, false, "/workspace");
+    const char *cwd = sl_v_string(v, b, "cwd", false, 0, 4096, false, "/workspace");
     if (cwd && !cwd_valid(cwd)) {
-        sl_v_fail(&v, "cwd");
+        sl_v_fail(v, "cwd");
         cwd = NULL;
     }
-    _cleanup_free_ const char **env_keys = NULL, **env_values = NULL;
-    _cleanup_free_ const char **sens_keys = NULL, **sens_values = NULL;
     size_t env_n = 0, sens_n = 0;
-    env_object(&v, b, "env", 128, &env_keys, &env_values, &env_n);
-    env_object(&v, b, "sensitive_env", 8, &sens_keys, &sens_values, &sens_n);
-    sl_v_int_nullable(&v, b, "timeout_seconds", 1, 86400, &timeout, &timeout_null);
-    sl_v_bool(&v, b, "background", false, &background);
+    env_object(v, b, "env", 128, &out->env_keys, &out->env_values, &env_n);
+    if (with_sensitive)
+        env_object(v, b, "sensitive_env", 8, &out->sensitive_keys, &out->sensitive_values,
+                   &sens_n);
+    sl_v_int_nullable(v, b, "timeout_seconds", 1, 86400, &timeout, &timeout_null);
+    sl_v_bool(v, b, "background", false, &background);
     const char *scope = NULL;
     json_t *scope_json = json_object_get(b, "exec_scope");
     if (scope_json && !json_is_null(scope_json))
-        scope = sl_v_string(&v, b, "exec_scope", true, 3, 128, true, NULL);
-
-    if (!sl_v_ok(&v)) {
-        respond_invalid(resp, &v);
-        sl_v_free(&v);
-        return;
-    }
-    sl_v_free(&v);
+        scope = sl_v_string(v, b, "exec_scope", true, 3, 128, true, NULL);
+    if (!sl_v_ok(v))
+        return false;
 
     /* The stored request: all nine fields with defaults filled (§4.1). */
-    json_t *env_json = json_object_get(b, "env"), *sens_json = json_object_get(b, "sensitive_env");
-    _cleanup_json_ json_t *stored = json_pack(
+    json_t *env_json = json_object_get(b, "env");
+    json_t *sens_json = with_sensitive ? json_object_get(b, "sensitive_env") : NULL;
+    out->stored = json_pack(
         "{s:s,s:I,s:O,s:s,s:o,s:o,s:o,s:b,s:o}", "exec_id", exec_id, "generation",
         (json_int_t)generation, "argv", argv_json, "cwd", cwd, "env",
         env_json ? json_incref(env_json) : json_object(), "sensitive_env",
         sens_json ? json_incref(sens_json) : json_object(),
         "timeout_seconds", sl_json_int_or_null(timeout, timeout_null), "background", background,
         "exec_scope", sl_json_str_or_null(scope));
-    struct sl_exec_request er = {
+    out->req = (struct sl_exec_request){
         .exec_id = exec_id,
         .generation = generation,
-        .argv = argv,
+        .argv = out->argv,
         .argc = argc,
         .cwd = cwd,
-        .env_keys = env_keys,
-        .env_values = env_values,
+        .env_keys = out->env_keys,
+        .env_values = out->env_values,
         .env_len = env_n,
-        .sensitive_keys = sens_keys,
+        .sensitive_keys = out->sensitive_keys,
         .sensitive_len = sens_n,
         .timeout_seconds = timeout_null ? 0 : timeout,
         .background = background,
         .exec_scope = scope,
-        .request = stored,
+        .request = out->stored,
     };
+    return true;
+}
+
+void sl_api_exec_clear(struct sl_api_exec *p)
+{
+    free(p->argv);
+    free(p->env_keys);
+    free(p->env_values);
+    free(p->sensitive_keys);
+    free(p->sensitive_values);
+    json_decref(p->stored);
+    memset(p, 0, sizeof(*p));
+}
+
+static void h_exec(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    __attribute__((cleanup(sl_api_exec_clear))) struct sl_api_exec p = {0};
+    if (!sl_api_exec_parse(req->body, true, &v, &p)) {
+        respond_invalid(resp, &v);
+        sl_v_free(&v);
+        return;
+    }
+    sl_v_free(&v);
+
     /* Deferred before the call: a synchronous command may end (and its
      * answer be sent) before sl_svc_exec returns. */
-    struct sl_deferred *d = background ? NULL : sl_request_defer(req);
+    struct sl_deferred *d = p.req.background ? NULL : sl_request_defer(req);
     struct sl_error err = {0};
     json_t *doc = NULL;
-    int rc = sl_svc_exec(req->svc, req->params[0], &er, d ? exec_answered : NULL, d, &doc, &err);
+    int rc = sl_svc_exec(req->svc, req->params[0], &p.req, d ? exec_answered : NULL, d, &doc,
+                         &err);
     if (rc == 1)
         return; /* exec_answered answers */
     if (!d) {

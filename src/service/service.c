@@ -284,6 +284,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
 }
 
 const char *sl_service_worker_id(const struct sl_service *svc) { return svc->worker_id; }
+const struct sl_config *sl_service_config(const struct sl_service *svc) { return svc->cfg; }
 
 json_t *svc_disk_json(const struct sl_disk_status *d)
 {

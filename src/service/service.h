@@ -45,6 +45,9 @@ void sl_service_close(struct sl_service *svc);
 int sl_service_start(struct sl_service *svc, struct sl_error *err);
 
 const char *sl_service_worker_id(const struct sl_service *svc);
+/* The configuration the service was opened with (read-only, lives as long
+ * as the service). */
+const struct sl_config *sl_service_config(const struct sl_service *svc);
 
 /* Launch each enabled toolchain (and typescript with node) in a disposable
  * sandbox under cfg->workspace_root (RUNTIME.md §8.2): the "checks" object

@@ -82,7 +82,8 @@ def test_every_listed_route_exists_in_the_router(spec, daemon):
             problems.append(f"{method} {path} -> {r.status} {code}")
         if r.status >= 500 and r.status not in (501, 503):
             problems.append(f"{method} {path} -> {r.status} (server error on a dummy request)")
-        if r.status >= 400 and not path.startswith("/mcp"):
+        # The MCP endpoint answers JSON-RPC, not the REST error shape (MCP.md §4).
+        if r.status >= 400 and "/mcp/" not in path:
             try:
                 error_detail(r)  # every error keeps the one JSON shape
             except AssertionError as e:
@@ -100,5 +101,9 @@ def test_every_listed_api_route_needs_the_token(spec, daemon):
             kw["json_body"] = {}
         r = c.request(method, concrete(path), **kw)
         assert r.status == 401, f"{method} {path} without a token -> {r!r}"
-        assert error_detail(r)["code"] == "SANDBOX_UNAUTHORIZED"
+        if "/mcp/" in path:
+            # MCP.md §1.1: the MCP mount's own 401 body.
+            assert r.raw == b'{"error":"internal service authentication failed"}', r
+        else:
+            assert error_detail(r)["code"] == "SANDBOX_UNAUTHORIZED"
 

@@ -1,0 +1,143 @@
+"""The official MCP TypeScript SDK (@modelcontextprotocol/sdk, pinned in
+mcp_sdk/package.json and package-lock.json) against the MCP endpoint: its
+StreamableHTTPClientTransport connects with the token in requestInit, lists
+the tools, resolves and creates a sandbox and runs a command in it
+(mcp_sdk/client.mjs prints what it saw as JSON).
+
+Node.js and npm are installed when missing (Debian's nodejs and npm
+packages; needs root). The npm packages go to a temporary directory, never
+into the source tree. A missing tool fails the test with the reason: it is
+never skipped."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+SDK_DIR = Path(__file__).resolve().parent / "mcp_sdk"
+MCP = "/api/v1/sandboxes/mcp/streamable-http"
+TOOLS = {"sandbox_profile", "sandbox_resolve", "sandbox_create", "sandbox_status",
+         "sandbox_audit_get", "sandbox_exec", "sandbox_exec_status", "sandbox_cancel",
+         "sandbox_write_file", "sandbox_read_file", "sandbox_suspend", "sandbox_resume",
+         "sandbox_release"}
+MIN_NODE = 18  # the SDK's engines field
+
+
+def _tail(text, n=3000):
+    return text[-n:] if text else ""
+
+
+def ensure_node():
+    """node and npm on PATH, installing Debian's packages when missing."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        if os.geteuid() != 0:
+            pytest.fail(f"{' and '.join(missing)} not found and not root to install them: "
+                        f"apt-get install -y nodejs npm", pytrace=False)
+        packages = ["nodejs", "npm"] if "node" in missing else ["npm"]
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        for cmd in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages]):
+            r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+            if r.returncode != 0:
+                pytest.fail(f"{' '.join(cmd)} failed ({r.returncode}) while installing "
+                            f"{packages} for the MCP SDK test:\n{_tail(r.stderr or r.stdout)}",
+                            pytrace=False)
+        still = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+        if still:
+            pytest.fail(f"{still} still missing after apt-get install {packages}", pytrace=False)
+    r = subprocess.run(["node", "--version"], capture_output=True, text=True, timeout=60)
+    m = re.match(r"v(\d+)\.", r.stdout.strip())
+    if r.returncode != 0 or not m:
+        pytest.fail(f"node --version failed: {r.stdout!r} {r.stderr!r}", pytrace=False)
+    if int(m.group(1)) < MIN_NODE:
+        pytest.fail(f"node {r.stdout.strip()} is too old for @modelcontextprotocol/sdk "
+                    f"(needs >= {MIN_NODE})", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def sdk_dir(tmp_path_factory):
+    """A scratch copy of mcp_sdk/ with the pinned packages installed by npm ci."""
+    ensure_node()
+    work = tmp_path_factory.mktemp("mcp-sdk")
+    for name in ("package.json", "package-lock.json", "client.mjs"):
+        shutil.copy2(SDK_DIR / name, work / name)
+    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts",
+                        "--loglevel=error"],
+                       cwd=work, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        pytest.fail(f"npm ci of the pinned MCP SDK failed ({r.returncode}):\n"
+                    f"{_tail(r.stderr or r.stdout)}", pytrace=False)
+    if not (work / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        pytest.fail("npm ci did not install @modelcontextprotocol/sdk", pytrace=False)
+    return work
+
+
+def run_client(daemon, sdk_dir, sandbox_id, scope):
+    url = f"http://127.0.0.1:{daemon.port}{MCP}"
+    env = dict(os.environ, SANDLOOM_MCP_TOKEN=daemon.token)
+    r = subprocess.run(["node", "client.mjs", url, sandbox_id, scope], cwd=sdk_dir, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (f"the SDK client failed ({r.returncode}):\n{_tail(r.stderr)}\n"
+                               f"--- stdout ---\n{_tail(r.stdout)}\n"
+                               f"--- daemon stderr ---\n{_tail(daemon.stderr())}")
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    assert lines, f"the SDK client printed nothing; stderr:\n{_tail(r.stderr)}"
+    return json.loads(lines[-1])
+
+
+def test_official_typescript_sdk_client(daemon, sdk_dir):
+    sandbox_id = f"sdk-{uuid.uuid4().hex[:16]}"
+    scope = f"scope-{uuid.uuid4().hex[:8]}"
+    out = run_client(daemon, sdk_dir, sandbox_id, scope)
+
+    # The SDK's initialize handshake, answered statelessly.
+    assert out["protocolVersion"] in ("2025-06-18", "2025-11-25"), out
+    assert out["sessionId"] is None, "the server must not issue Mcp-Session-Id"
+    assert out["serverInfo"]["name"] == "agent-sandbox", out
+    assert "tools" in out["capabilities"], out
+    assert "sandbox_release" in (out["instructions"] or ""), out
+
+    assert set(out["tools"]) == TOOLS and len(out["tools"]) == 13, out["tools"]
+    assert out["titles"] == {"sandbox_profile": "Sandbox runtime profile"}, out["titles"]
+
+    # Every structured result passed the SDK's outputSchema validation.
+    assert out["profile"]["isError"] is False, out["profile"]
+    assert out["profile"]["structured"]["transport"] == "streamable-http", out["profile"]
+
+    resolved = out["resolve"]
+    assert resolved["isError"] is False, resolved
+    assert resolved["structured"]["sandbox_id"] == sandbox_id, resolved
+    assert resolved["structured"]["worker_id"] == daemon.worker_id, resolved
+    generation = resolved["structured"]["generation"]
+
+    assert out["create"]["isError"] is False, out["create"]
+    assert out["create"]["structured"] == {"sandbox_id": sandbox_id, "generation": generation,
+                                           "status": "READY"}, out["create"]
+
+    run = out["exec"]
+    assert run["isError"] is False, run
+    assert run["structured"]["status"] == "SUCCEEDED", run
+    assert "sdk-marker-42" in run["structured"]["stdout"], run
+    assert "sdk-marker-42" in run["text"], run  # the text block mirrors it
+
+    stale = out["staleExec"]
+    assert stale["isError"] is True and stale["structured"] is None, stale
+    assert "STALE_SANDBOX_ROUTE" in stale["text"], stale
+
+    assert out["release"]["isError"] is False, out["release"]
+    assert out["release"]["structured"] == {"sandbox_id": sandbox_id, "status": "RELEASED"}
+
+    # Unknown tool: a JSON-RPC error the SDK raises (-32602).
+    assert out["unknownTool"] and out["unknownTool"]["code"] == -32602, out["unknownTool"]
+    assert out["transportErrors"] == [], out["transportErrors"]
+
+    # The sandbox really went through its lifecycle on the daemon.
+    r = daemon.client().get(f"/api/v1/sandboxes/{sandbox_id}")
+    assert r.status == 200 and r.body["status"] == "RELEASED", r
+    assert r.body["generation"] == generation + 1, r
