@@ -7,7 +7,7 @@ set -euo pipefail
 tier="${1:-test}"
 build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
-            libcap-dev libseccomp-dev python3)
+            libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev python3)
 # chromium: the console's browser test (driven by npm playwright-core with the
 # machine's Node.js 20; Debian's own nodejs 18 is too old for it).
 test_pkgs=(libcmocka-dev python3-pytest curl chromium)

@@ -16,6 +16,20 @@
 #define NS_PID 1u
 #define NS_CGROUP 2u
 
+/* A session's template trees (runtime/mounts.c). */
+struct rt_mount_set {
+    size_t n;
+    char **names, **paths;
+};
+int rt_mount_set_copy(struct rt_mount_set *dst, const struct sl_rt_mount *m, size_t n);
+bool rt_mount_set_equal(const struct rt_mount_set *set, const struct sl_rt_mount *want, size_t n);
+void rt_mount_set_free(struct rt_mount_set *set);
+/* Bring the mount namespace of the process behind `pidfd` from *cur to
+ * `want` (attach new trees at /envs/<name>, detach the others); *cur
+ * becomes `want` on success. */
+int rt_mounts_apply(int pidfd, struct rt_mount_set *cur, const struct sl_rt_mount *want,
+                    size_t n, struct sl_error *err);
+
 /* A warm sandbox: sandloom-init in session mode, holding the namespaces and
  * the mount tree between executions (runtime/session.c). */
 struct rt_session {
@@ -25,6 +39,7 @@ struct rt_session {
     int pidfd;
     int ctl_fd;                  /* requests go here, under write_lock */
     pthread_mutex_t write_lock;
+    struct rt_mount_set mounts;  /* template trees in its namespace, under write_lock */
     /* guarded by sl_runtime.sessions_lock */
     int active;                  /* executions in flight */
     int refs;                    /* holders of this pointer */
@@ -120,8 +135,8 @@ int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
 /* Spawn sandloom-init with `init_argv` into the runtime's namespaces and the
  * uid's cgroup (session_fd: see sl_spawn_request). */
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
-             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
-             struct sl_error *err);
+             const struct sl_rt_mount *mounts, size_t nmounts, int64_t deadline_us,
+             int session_fd, struct sl_spawn_proc *proc, struct sl_error *err);
 
 /* Send x's request to the uid's warm session (started if needed); on
  * success x holds the session, its pipes and status socket. */

@@ -50,13 +50,32 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
     return 0;
 }
 
+/* The child sees the host under /oldroot while it builds its tree. */
+#define OLDROOT_PREFIX "/oldroot"
+
 /* Spawn sandloom-init into the runtime's namespaces, placed in the uid's
- * cgroups before it runs. */
+ * cgroups before it runs, with the template trees of `mounts`. */
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
-                        char *const *argv, char *const *envp, int64_t deadline_us, int session_fd,
+                        char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
+                        size_t nmounts, int64_t deadline_us, int session_fd,
                         struct sl_spawn_proc *proc, struct sl_error *err)
 {
     static char *const no_env[] = {NULL};
+    /* Everything the child reads is prepared here: it may not allocate. */
+    _cleanup_free_ struct sl_spawn_mount *smounts =
+        nmounts ? calloc(nmounts, sizeof(*smounts)) : NULL;
+    _cleanup_free_ char *srcs = NULL;
+    size_t srcs_len = 0;
+    for (size_t i = 0; i < nmounts; i++)
+        srcs_len += sizeof(OLDROOT_PREFIX) + strlen(mounts[i].host_path);
+    if (nmounts && (!smounts || !(srcs = malloc(srcs_len))))
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    for (size_t i = 0, off = 0; i < nmounts; i++) {
+        int n = sprintf(srcs + off, OLDROOT_PREFIX "%s", mounts[i].host_path);
+        smounts[i].name = mounts[i].name;
+        smounts[i].src = srcs + off;
+        off += (size_t)n + 1;
+    }
     struct sl_spawn_request sreq = {
         .sandbox_root = root,
         .uid = uid,
@@ -67,6 +86,8 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
         .envp = envp ? envp : no_env,
         .deadline_us = deadline_us,
         .session_fd = session_fd,
+        .mounts = smounts,
+        .nmounts = nmounts,
     };
     int cgfds[SL_CGROUP_MAX_FDS];
     int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, uid, cgfds, err) : 0;
@@ -81,10 +102,11 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
 }
 
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
-             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
-             struct sl_error *err)
+             const struct sl_rt_mount *mounts, size_t nmounts, int64_t deadline_us,
+             int session_fd, struct sl_spawn_proc *proc, struct sl_error *err)
 {
-    return rt_spawn_env(rt, ns, root, uid, argv, NULL, deadline_us, session_fd, proc, err);
+    return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, deadline_us, session_fd,
+                        proc, err);
 }
 
 /* One-shot: the launcher is sandloom-init itself, built for this one
@@ -107,8 +129,8 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
-    if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, x->deadline_us,
-                     -1, &x->proc, &spawn_err) < 0) {
+    if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
+                     req->nmounts, x->deadline_us, -1, &x->proc, &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */

@@ -63,6 +63,12 @@ struct sl_rt_profile {
     char cgroup_note[256];      /* why a quota is off, "" when all are on */
 };
 
+/* A template tree to show read-only at /envs/<name> (API.md §6.5). */
+struct sl_rt_mount {
+    const char *name;      /* validated template name */
+    const char *host_path; /* the materialised tree on the host (root-owned) */
+};
+
 struct sl_rt_exec_request {
     const char *sandbox_root;   /* host path <workspace_root>/<sandbox_id> */
     uid_t uid;                  /* sandbox host uid (gid is the same number) */
@@ -72,6 +78,11 @@ struct sl_rt_exec_request {
     int64_t timeout_ms;         /* deadline for exit and output drain */
     int64_t grace_ms;           /* SIGTERM -> SIGKILL grace */
     size_t max_output_bytes;    /* kept per stream; the rest is drained */
+    /* The sandbox's attached templates. A warm session is brought to this
+     * set before the command runs: trees are mounted into (and removed
+     * from) its live mount namespace, so its background processes live on. */
+    const struct sl_rt_mount *mounts;
+    size_t nmounts;
 };
 
 struct sl_rt_exec_result {

@@ -47,6 +47,7 @@ static void session_kill_and_reap(struct rt_session *s)
 static void session_free(struct rt_session *s)
 {
     session_kill_and_reap(s);
+    rt_mount_set_free(&s->mounts);
     pthread_mutex_destroy(&s->write_lock);
     free(s);
 }
@@ -78,6 +79,7 @@ static bool session_alive(const struct rt_session *s)
 }
 
 static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
+                                        const struct sl_rt_mount *mounts, size_t nmounts,
                                         struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
@@ -99,8 +101,15 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     snprintf(fdtext, sizeof(fdtext), "%d", sv[1]);
     char *argv[] = {(char *)"sandloom-init", (char *)"--session", fdtext, NULL};
     struct sl_spawn_proc proc;
-    int rc = rt_spawn(rt, rt->ns, root, uid, argv, sl_mono_us() + SESSION_START_TIMEOUT_US,
-                      sv[1], &proc, err);
+    if (rt_mount_set_copy(&s->mounts, mounts, nmounts) < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        session_free(s);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts,
+                      sl_mono_us() + SESSION_START_TIMEOUT_US, sv[1], &proc, err);
     close(sv[1]);
     if (rc < 0) {
         close(sv[0]);
@@ -119,6 +128,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
 /* The live session of uid, started if needed; returned with refs and
  * active taken. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
+                                      const struct sl_rt_mount *mounts, size_t nmounts,
                                       struct sl_error *err)
 {
     pthread_mutex_lock(&rt->sessions_lock);
@@ -143,7 +153,7 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     }
     /* Start under the lock: two first executions of one sandbox must not
      * start two sessions. Starting is one sandbox build (milliseconds). */
-    struct rt_session *s = session_start(rt, root, uid, err);
+    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, err);
     if (s) {
         if (rt->n_sessions == rt->cap_sessions) {
             size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;
@@ -278,9 +288,21 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
     /* A session found dead on send (init killed, e.g. by the memory quota)
      * is replaced once. */
     for (int attempt = 0; attempt < 2; attempt++) {
-        struct rt_session *s = session_get(rt, req->sandbox_root, req->uid, err);
+        struct rt_session *s =
+            session_get(rt, req->sandbox_root, req->uid, req->mounts, req->nmounts, err);
         if (!s)
             return -1;
+        /* Templates attached or detached since the session started: its
+         * namespace is brought up to date before the command runs. */
+        pthread_mutex_lock(&s->write_lock);
+        int mrc = rt_mount_set_equal(&s->mounts, req->mounts, req->nmounts)
+                      ? 0
+                      : rt_mounts_apply(s->pidfd, &s->mounts, req->mounts, req->nmounts, err);
+        pthread_mutex_unlock(&s->write_lock);
+        if (mrc < 0) {
+            session_release_exec(rt, s, false);
+            return -1;
+        }
         /* After session_get: a first execution has just made the cgroup. */
         x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
         int mine[3], theirs[SL_SESSION_NFDS];

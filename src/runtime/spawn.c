@@ -98,6 +98,7 @@ enum spawn_stage {
     STAGE_TMP,
     STAGE_PROC,
     STAGE_RW_BIND,
+    STAGE_TEMPLATE,
     STAGE_PYTHON,
     STAGE_ROOT_RO,
     STAGE_PIVOT,
@@ -133,6 +134,7 @@ static const char *const stage_names[STAGE_COUNT] = {
     [STAGE_TMP] = "mount /tmp",
     [STAGE_PROC] = "mount /proc",
     [STAGE_RW_BIND] = "bind sandbox directory",
+    [STAGE_TEMPLATE] = "mount template at /envs",
     [STAGE_PYTHON] = "bind python runtime",
     [STAGE_ROOT_RO] = "make root read-only",
     [STAGE_PIVOT] = "pivot_root",
@@ -760,6 +762,43 @@ static void child_rw_dirs(const struct spawn_child *c)
     close(root);
 }
 
+/* Templates: each tree read-only at /envs/<name>, over the sandbox's own
+ * /envs (which the child has just bound). The mount point is made and
+ * opened without following links: /envs is the sandbox's to shape. */
+static void child_templates(const struct spawn_child *c)
+{
+    if (c->req->nmounts == 0)
+        return;
+    int envs = open(NEWROOT "/envs", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (envs < 0)
+        child_fail(c, STAGE_TEMPLATE, -1);
+    for (size_t i = 0; i < c->req->nmounts; i++) {
+        const struct sl_spawn_mount *m = &c->req->mounts[i];
+        int src = open(m->src, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (src < 0)
+            child_fail(c, STAGE_TEMPLATE, (int)i);
+        int tree =
+            open_tree(src, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+        if (tree < 0)
+            child_fail(c, STAGE_TEMPLATE, (int)i);
+        CHILD_TRY(c, STAGE_TEMPLATE, (int)i,
+                  sl_mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE,
+                                   MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV));
+        if (mkdirat(envs, m->name, 0755) < 0 && errno != EEXIST)
+            child_fail(c, STAGE_TEMPLATE, (int)i);
+        int dst = sl_openat2(envs, m->name, O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                             RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS);
+        if (dst < 0)
+            child_fail(c, STAGE_TEMPLATE, (int)i);
+        CHILD_TRY(c, STAGE_TEMPLATE, (int)i,
+                  move_mount(tree, "", dst, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH));
+        close(dst);
+        close(tree);
+        close(src);
+    }
+    close(envs);
+}
+
 static void child_enter_newroot(const struct spawn_child *c)
 {
     /* The root tmpfs holds only mount points and symlinks: read-only, so
@@ -842,6 +881,7 @@ static _Noreturn void child_main(const struct spawn_child *c)
               mount("tmpfs", NEWROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, c->lay->tmp_opts));
     child_proc(c);
     child_rw_dirs(c);
+    child_templates(c);
     child_enter_newroot(c);
     child_drop_privileges(c);
 

@@ -56,6 +56,12 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
                          struct sl_error *err);
 void sl_spawn_layout_free(struct sl_spawn_layout *lay);
 
+/* A read-only tree bound at /envs/<name> (a template, API.md §6.5). */
+struct sl_spawn_mount {
+    const char *name; /* a validated template name: no '/', not "." or ".." */
+    const char *src;  /* the tree as the child sees it: "/oldroot<host path>" */
+};
+
 struct sl_spawn_request {
     const char *sandbox_root; /* absolute host path */
     uid_t uid;                /* host uid = gid of the sandbox, never 0 */
@@ -66,6 +72,8 @@ struct sl_spawn_request {
     const int *cgroup_fds; /* cgroup.procs files the child is placed in before it goes */
     int session_fd;        /* >= 0: kept open across exec (session control socket) */
     size_t n_cgroup_fds;
+    const struct sl_spawn_mount *mounts; /* template trees, after the persistent dirs */
+    size_t nmounts;
 };
 
 struct sl_spawn_proc {

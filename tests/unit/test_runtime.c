@@ -858,6 +858,97 @@ static void test_init_forwards_sigterm(void **state)
     assert_int_equal(WEXITSTATUS(status), 128 + SIGTERM);
 }
 
+
+/* Templates: read-only trees at /envs/<name>, in a fresh sandbox at spawn
+ * and in a live warm session by attaching into its mount namespace, while a
+ * background process of the session survives. */
+static void write_host_file(const char *path, const char *text_)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text_, f);
+    fclose(f);
+    chmod(path, 0644);
+}
+
+static void run_with_mounts(struct sl_runtime *rt, const char *script,
+                            const struct sl_rt_mount *mounts, size_t n,
+                            struct sl_rt_exec_result *res)
+{
+    char *argv[] = {(char *)"sh", (char *)"-c", (char *)script, NULL};
+    struct sl_rt_exec_request req = {
+        .sandbox_root = sandbox_root,
+        .uid = SANDBOX_UID,
+        .argv = argv,
+        .cwd = "/workspace",
+        .envp = test_env,
+        .timeout_ms = 10000,
+        .grace_ms = 500,
+        .max_output_bytes = 1 << 20,
+        .mounts = mounts,
+        .nmounts = n,
+    };
+    struct sl_error err;
+    sl_error_clear(&err);
+    int rc = sl_rt_exec(rt, &req, res, &err);
+    if (rc < 0)
+        fprintf(stderr, "sl_rt_exec: %s\n", sl_error_text(&err));
+    assert_int_equal(rc, 0);
+}
+
+static void test_template_mounts(void **state)
+{
+    (void)state;
+    char a[600], b[600], fa[700], fb[700];
+    snprintf(a, sizeof(a), "%s/tpl-a", base_dir);
+    snprintf(b, sizeof(b), "%s/tpl-b", base_dir);
+    assert_int_equal(mkdir(a, 0755) < 0 && errno != EEXIST, 0);
+    assert_int_equal(mkdir(b, 0755) < 0 && errno != EEXIST, 0);
+    snprintf(fa, sizeof(fa), "%s/f", a);
+    snprintf(fb, sizeof(fb), "%s/f", b);
+    write_host_file(fa, "A\n");
+    write_host_file(fb, "B\n");
+    chmod(a, 0755); /* published trees are world-readable (API.md §6.4) */
+    chmod(b, 0755);
+    struct sl_rt_mount one[] = {{"tpl", a}};
+    struct sl_rt_mount two[] = {{"tpl", b}, {"other", a}};
+
+    /* A fresh sandbox per command. */
+    struct sl_rt_exec_result res;
+    run_with_mounts(rt_auto, "cat /envs/tpl/f; (echo x > /envs/tpl/g) 2>/dev/null || echo RO",
+                    one, 1, &res);
+    assert_int_equal(res.exit_code, 0);
+    assert_string_equal(text(&res.out), "A\nRO\n");
+    sl_rt_exec_result_free(&res);
+
+    /* A warm session: attach, replace, detach while a background job lives. */
+    struct sl_rt_options opt = base_options("auto", false);
+    opt.warm_sessions = true;
+    struct sl_runtime *warm = NULL;
+    struct sl_error err;
+    sl_error_clear(&err);
+    assert_int_equal(sl_rt_open(&opt, &warm, &err), 0);
+    run_with_mounts(warm, "sleep 60 > /dev/null 2>&1 & echo $! > /tmp/bg; cat /envs/tpl/f", NULL,
+                    0, &res);
+    assert_int_equal(res.exit_code, 1); /* not attached yet */
+    sl_rt_exec_result_free(&res);
+    run_with_mounts(warm, "cat /envs/tpl/f; kill -0 $(cat /tmp/bg) && echo ALIVE", one, 1, &res);
+    assert_int_equal(res.exit_code, 0);
+    assert_string_equal(text(&res.out), "A\nALIVE\n");
+    sl_rt_exec_result_free(&res);
+    run_with_mounts(warm, "cat /envs/tpl/f /envs/other/f; touch /envs/other/x 2>/dev/null || echo RO; "
+                          "kill -0 $(cat /tmp/bg) && echo ALIVE",
+                    two, 2, &res);
+    assert_string_equal(text(&res.out), "B\nA\nRO\nALIVE\n");
+    sl_rt_exec_result_free(&res);
+    run_with_mounts(warm, "ls -A /envs/tpl | wc -l; kill -0 $(cat /tmp/bg) && echo ALIVE", NULL,
+                    0, &res);
+    assert_string_equal(text(&res.out), "0\nALIVE\n");
+    sl_rt_exec_result_free(&res);
+    sl_rt_close(warm);
+    assert_no_sandbox_process_left();
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -889,6 +980,7 @@ int main(void)
         cmocka_unit_test(test_network_isolated),
         cmocka_unit_test(test_strict_cgroup_namespace),
         cmocka_unit_test(test_setup_failures),
+        cmocka_unit_test(test_template_mounts),
         cmocka_unit_test(test_concurrent_execs),
         cmocka_unit_test(test_init_forwards_sigterm),
         cmocka_unit_test(test_sandbox_dies_with_daemon),
