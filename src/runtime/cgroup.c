@@ -472,19 +472,22 @@ int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_
             sl_error_errno(err, SL_E_RUNTIME, "cannot name the sandbox cgroup");
             goto fail;
         }
-        /* Limits are written when the cgroup is made; later executions of
-         * the sandbox find it and only open cgroup.procs. v2: one directory
-         * holds every controller. */
-        if (mkdir(dir, 0755) == 0) {
-            for (int k = 0; k < CTL_COUNT; k++)
-                if (cg->enforced[k] && (v2 || k == c) && set_limit(cg, k, dir, err) < 0) {
-                    rmdir(dir);
-                    goto fail;
-                }
-        } else if (errno != EEXIST) {
+        /* Limits are written every time, not only when the cgroup is made:
+         * a cgroup left by an earlier daemon (a crash, another instance with
+         * other settings) must not keep its old, possibly larger, limits.
+         * Warm sessions come here once per session, not per command. v2:
+         * one directory holds every controller. */
+        bool made = mkdir(dir, 0755) == 0;
+        if (!made && errno != EEXIST) {
             sl_error_errno(err, SL_E_RUNTIME, "cannot create the sandbox cgroup");
             goto fail;
         }
+        for (int k = 0; k < CTL_COUNT; k++)
+            if (cg->enforced[k] && (v2 || k == c) && set_limit(cg, k, dir, err) < 0) {
+                if (made)
+                    rmdir(dir);
+                goto fail;
+            }
         fds[n] = open(procs, O_WRONLY | O_CLOEXEC);
         if (fds[n] < 0) {
             sl_error_errno(err, SL_E_RUNTIME, "cannot open the sandbox cgroup");
