@@ -409,6 +409,115 @@ static void h_exec_cancel(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* ---- templates ----------------------------------------------------------------- */
+
+/* labels: at most 32 keys of 1-64 characters, string values of at most 256. */
+static const json_t *labels_object(struct sl_validation *v, const json_t *body)
+{
+    json_t *labels = json_object_get(body, "labels");
+    if (!labels || json_is_null(labels))
+        return NULL;
+    if (!json_is_object(labels) || json_object_size(labels) > 32) {
+        sl_v_fail(v, "request");
+        return NULL;
+    }
+    const char *k;
+    size_t klen;
+    json_t *val;
+    json_object_keylen_foreach(labels, k, klen, val) {
+        if (klen < 1 || sl_v_utf8_len(k, klen) > 64 || strlen(k) != klen || !json_is_string(val) ||
+            strlen(json_string_value(val)) != json_string_length(val) ||
+            sl_v_utf8_len(json_string_value(val), json_string_length(val)) > 256) {
+            sl_v_fail(v, "request");
+            return NULL;
+        }
+    }
+    return labels;
+}
+
+static bool template_name_shape(const char *name)
+{
+    if (!name || !*name || strlen(name) > 64)
+        return false;
+    if (!((name[0] >= 'a' && name[0] <= 'z') || (name[0] >= '0' && name[0] <= '9')))
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+              *p == '-'))
+            return false;
+    return true;
+}
+
+static void h_template_publish(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    const char *name = sl_v_string(&v, req->body, "name", true, 1, 64, false, NULL);
+    if (name && !template_name_shape(name))
+        sl_v_fail(&v, "request");
+    const char *source = sl_v_string(&v, req->body, "source_path", false, 1, 4096, false, "/envs");
+    const char *description =
+        sl_v_string(&v, req->body, "description", false, 0, 1024, false, "");
+    const json_t *labels = labels_object(&v, req->body);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_template_publish(req->svc, req->params[0], generation, name, source,
+                                              description, labels, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_template_attach(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    json_t *list = json_object_get(req->body, "templates");
+    const char *refs[16];
+    size_t n = 0;
+    if (!json_is_array(list) || json_array_size(list) < 1 || json_array_size(list) > 16) {
+        sl_v_fail(&v, "request");
+    } else {
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            json_t *item = json_array_get(list, i);
+            if (!json_is_string(item) || json_string_length(item) > 256 ||
+                strlen(json_string_value(item)) != json_string_length(item)) {
+                sl_v_fail(&v, "request");
+                break;
+            }
+            refs[n++] = json_string_value(item);
+        }
+    }
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc = sl_svc_template_attach(req->svc, req->params[0], generation, refs, n, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_templates_list(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_templates_list(req->svc, &err);
+    respond_result(resp, doc, &err);
+}
+
+static void h_template_unpublish(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    json_t *doc = sl_svc_template_unpublish(req->svc, req->params[0], &err);
+    respond_result(resp, doc, &err);
+}
+
 /* ---- admin ------------------------------------------------------------------- */
 
 /* A string query parameter of at most `max` characters, NULL when absent. */
@@ -701,6 +810,12 @@ const struct sl_route_def sl_routes[] = {
      "SuspendResponse", NULL, 0},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
      NULL, "ResumeResponse", NULL, 0},
+    {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
+     "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
+     "TemplateResponse", NULL, 0},
+    {"PUT", SBX "/templates", h_template_attach, true, true, "attachTemplates",
+     "Replace the sandbox's attached templates", "TemplateAttachRequest", "TemplateAttachResponse",
+     NULL, 0},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
      "AuditResponse", NULL, 0},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
@@ -709,6 +824,11 @@ const struct sl_route_def sl_routes[] = {
      "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0},
+    {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",
+     "The template catalog", NULL, "TemplateList", NULL, 0},
+    {"DELETE", "/api/v1/templates/{name}", h_template_unpublish, true, false,
+     "unpublishTemplate", "Remove a template from the catalog", NULL, "TemplateRemoveResponse",
+     NULL, 0},
     {"GET", "/api/v1/admin/overview", h_admin_overview, true, false, "adminOverview",
      "Fleet overview", NULL, "AdminOverview", NULL, 0},
     {"GET", "/api/v1/admin/sandboxes", h_admin_sandboxes, true, false, "adminListSandboxes",

@@ -287,6 +287,19 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         .grace_ms = grace_ms < 100 ? 100 : grace_ms,
         .max_output_bytes = (size_t)cfg->max_output_bytes,
     };
+    /* The attached templates, read-only at /envs/<name> (API.md §6.5). */
+    struct sl_rt_mount *mounts = NULL;
+    size_t nmounts = 0;
+    _cleanup_json_ json_t *mount_holder = NULL;
+    if (svc_template_mounts(svc, x->sandbox_id, &mounts, &nmounts, &mount_holder, &err) < 0) {
+        free(mounts);
+        free(argv);
+        sl_env_free(&env);
+        record_failure(&x->rec, "RuntimeError", err.message);
+        return false;
+    }
+    rreq.mounts = mounts;
+    rreq.nmounts = nmounts;
     atomic_fetch_add(&svc->running_execs, 1);
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
@@ -296,6 +309,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         pthread_mutex_unlock(&svc->execs_lock);
     }
     free(argv);
+    free(mounts);
     sl_env_free(&env);
     if (rc < 0) {
         atomic_fetch_sub(&svc->running_execs, 1);

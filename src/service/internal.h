@@ -21,6 +21,9 @@ struct sl_live {
     uid_t uid;
     bool destroying;
     int64_t last_activity_us;
+    /* Attached templates (API.md §3.13): array of records, each with its
+     * "local_path"; NULL = none. Owned by the entry. */
+    json_t *templates;
 };
 
 struct svc_exec;
@@ -82,6 +85,11 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
 bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id);
 void svc_live_remove(struct sl_service *svc, const char *sandbox_id);
 void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
+/* Replace the attached-template array (steals `templates`); -1 if not live. */
+int svc_live_set_templates(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           json_t *templates);
+/* A new reference to the attached-template array, NULL when none. */
+json_t *svc_live_templates(struct sl_service *svc, const char *sandbox_id);
 int svc_live_count(struct sl_service *svc);
 /* Refresh last_active_at/updated_at after a successful forwarded call
  * (§10.1 step 5); failures are logged, not raised. */
@@ -92,6 +100,16 @@ void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t gen
 #define SVC_AUDIT_RECENT_EXECS 20
 json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t limit,
                          struct sl_error *err);
+
+/* service/templates.c: the runtime mounts of a sandbox's attached
+ * templates, re-materialising evicted revisions. *mounts and the strings
+ * live in *holder (json_decref it, then free(*mounts)). */
+int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
+                        struct sl_rt_mount **mounts, size_t *n, json_t **holder,
+                        struct sl_error *err);
+
+/* Templates published in the catalog this worker sees. */
+int64_t svc_template_total(struct sl_service *svc);
 
 /* Executions of this sandbox running on this worker now. */
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id);

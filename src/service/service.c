@@ -466,8 +466,10 @@ void sl_service_close(struct sl_service *svc)
         svc->registry->ops->close(svc->registry);
     if (svc->store)
         svc->store->ops->close(svc->store);
-    for (size_t i = 0; i < svc->live_n; i++)
+    for (size_t i = 0; i < svc->live_n; i++) {
         free(svc->live[i].sandbox_id);
+        json_decref(svc->live[i].templates);
+    }
     free(svc->live);
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
@@ -540,6 +542,7 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
         }
         l = &svc->live[svc->live_n];
         l->sandbox_id = strdup(sandbox_id);
+        l->templates = NULL;
         if (!l->sandbox_id) {
             pthread_mutex_unlock(&svc->live_lock);
             return -1;
@@ -571,9 +574,36 @@ void svc_live_remove(struct sl_service *svc, const char *sandbox_id)
     struct sl_live *l = live_find(svc, sandbox_id);
     if (l) {
         free(l->sandbox_id);
+        json_decref(l->templates);
         *l = svc->live[--svc->live_n];
     }
     pthread_mutex_unlock(&svc->live_lock);
+}
+
+int svc_live_set_templates(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           json_t *templates)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    int rc = -1;
+    if (l && !l->destroying && l->generation == generation) {
+        json_decref(l->templates);
+        l->templates = templates;
+        templates = NULL;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+    json_decref(templates);
+    return rc;
+}
+
+json_t *svc_live_templates(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    json_t *t = l && l->templates ? json_incref(l->templates) : NULL;
+    pthread_mutex_unlock(&svc->live_lock);
+    return t;
 }
 
 int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation,

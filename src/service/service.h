@@ -72,6 +72,17 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
                        struct sl_error *err);
 json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
+/* Templates (API.md §3.13, §6). labels may be NULL ({}). */
+json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
+                                int64_t generation, const char *name, const char *source_path,
+                                const char *description, const json_t *labels,
+                                struct sl_error *err);
+json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
+                               int64_t generation, const char *const *refs, size_t nrefs,
+                               struct sl_error *err);
+json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err);
+json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, struct sl_error *err);
+
 /* Exec (API.md §3.9, §4). */
 struct sl_exec_request {
     const char *exec_id;

@@ -1,0 +1,352 @@
+/* Environment templates (API.md §3.13, §6): publish a tree of a sandbox as
+ * a deterministic archive, attach revisions to sandboxes (read-only at
+ * /envs/<name> from the next command on), list and unpublish.
+ *
+ * The catalog and the cache live under SANDBOX_TEMPLATE_ROOT
+ * (templates/catalog.h). This build keeps them on the worker; with an
+ * object store they are shared (templates_shared). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/syscalls.h"
+#include "common/util.h"
+#include "service/internal.h"
+#include "templates/archive.h"
+#include "templates/catalog.h"
+#include "workspace/files.h"
+
+#define MAX_ATTACH 16
+
+static struct sl_tpl_limits limits_of(const struct sl_config *cfg)
+{
+    return (struct sl_tpl_limits){
+        .max_entries = cfg->template_snapshot_max_entries,
+        .max_depth = cfg->template_snapshot_max_depth,
+        .max_source_bytes = cfg->template_max_extract_bytes,
+        .max_archive_bytes = cfg->template_max_archive_bytes,
+        .timeout_seconds = cfg->template_snapshot_timeout_seconds,
+    };
+}
+
+/* The owner's fence for template calls: route live at the generation, here. */
+static int template_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          struct sl_error *err)
+{
+    struct sl_route route = {0};
+    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
+        return -1;
+    int rc = svc_require_local_owner(svc, &route, err);
+    sl_route_clear(&route);
+    if (rc < 0)
+        return -1;
+    uid_t uid;
+    return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
+}
+
+/* /envs[/...] or /workspace[/...] -> the path below the sandbox root. */
+static int source_relpath(const char *source, char *out, size_t size, struct sl_error *err)
+{
+    if (strstr(source, "/../") || strcmp(source, "/..") == 0 ||
+        (strlen(source) >= 3 && strcmp(source + strlen(source) - 3, "/..") == 0) ||
+        strstr(source, "/./") || (strlen(source) >= 2 && strcmp(source + strlen(source) - 2, "/.") == 0))
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                            "template source path may not contain .. or NUL");
+    const char *roots[] = {"/envs", "/workspace"};
+    for (size_t i = 0; i < SL_ARRAY_LEN(roots); i++) {
+        size_t n = strlen(roots[i]);
+        if (strncmp(source, roots[i], n) == 0 && (source[n] == '\0' || source[n] == '/')) {
+            const char *rest = source + n;
+            while (*rest == '/')
+                rest++;
+            int w = snprintf(out, size, "%s%s%s", roots[i] + 1, *rest ? "/" : "", rest);
+            /* trailing slashes are harmless for openat2 */
+            return w < 0 || (size_t)w >= size
+                       ? sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "template source path too long")
+                       : 0;
+        }
+    }
+    return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                        "template source path must live under /envs, /workspace");
+}
+
+struct publish_edit {
+    const char *name;
+    json_t *record;
+};
+
+static int publish_edit(json_t *catalog, void *arg, struct sl_error *err)
+{
+    struct publish_edit *e = arg;
+    (void)err;
+    json_object_set(catalog, e->name, e->record);
+    return 0;
+}
+
+json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
+                                int64_t generation, const char *name, const char *source_path,
+                                const char *description, const json_t *labels,
+                                struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    if (sl_tpl_name_check(name, err) < 0 || template_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    char rel[4200];
+    if (source_relpath(source_path, rel, sizeof(rel), err) < 0)
+        return NULL;
+    if (sl_tpl_root_prepare(cfg->template_root, err) < 0)
+        return NULL;
+    _cleanup_close_ int rootfd = ws_sandbox_open(cfg->workspace_root, sandbox_id, err);
+    if (rootfd < 0)
+        return NULL;
+    /* Nothing may write the tree while it is archived: every command and
+     * file call holds the global lock. */
+    _cleanup_close_ int lockfd =
+        ws_lock_global(rootfd, true, false, SL_E_SHARED_WORKSPACE_LOCKED, err);
+    if (lockfd < 0)
+        return NULL;
+    _cleanup_close_ int src = sl_openat2(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0,
+                                         RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                                             RESOLVE_NO_MAGICLINKS);
+    if (src < 0) {
+        sl_error_set(err, "SANDBOX_TEMPLATE_SOURCE_NOT_A_DIRECTORY", 0,
+                     "SANDBOX_TEMPLATE_SOURCE_NOT_A_DIRECTORY");
+        return NULL;
+    }
+    char hex[17], staging[PATH_MAX];
+    if (sl_random_hex(hex, 8) < 0) {
+        sl_error_errno(err, SL_E_INTERNAL, "no randomness");
+        return NULL;
+    }
+    snprintf(staging, sizeof(staging), "%s/.staging/build-%s-%s.tar.gz", cfg->template_root,
+             name, hex);
+    struct sl_tpl_limits lim = limits_of(cfg);
+    struct sl_tpl_archive_info info;
+    if (sl_tpl_archive(src, staging, &lim, &info, err) < 0)
+        return NULL;
+    /* §6.2 step 5: seed the cache from the archive, keep the archive, then
+     * publish the catalog entry. */
+    char tree[PATH_MAX], kept[PATH_MAX], kept_dir[PATH_MAX];
+    if (sl_tpl_materialize(cfg->template_root, name, info.digest, staging,
+                           cfg->template_max_extract_bytes, tree, err) < 0 ||
+        sl_tpl_archive_path(cfg->template_root, name, info.digest, kept, sizeof(kept)) < 0) {
+        unlink(staging);
+        return NULL;
+    }
+    snprintf(kept_dir, sizeof(kept_dir), "%s/.archives/%s", cfg->template_root, name);
+    if ((mkdir(kept_dir, 0700) < 0 && errno != EEXIST) || rename(staging, kept) < 0) {
+        unlink(staging);
+        sl_error_errno(err, SL_E_INTERNAL, "cannot keep the template archive");
+        return NULL;
+    }
+    char target[80];
+    snprintf(target, sizeof(target), "/envs/%s", name);
+    json_t *record = json_pack("{s:s,s:s,s:I,s:s,s:f,s:s,s:s,s:O}", "name", name, "digest",
+                               info.digest, "size_bytes", (json_int_t)info.size_bytes,
+                               "mount_target", target, "created_at", (double)sl_now_us() / 1e6,
+                               "description", description, "source_sandbox_id", sandbox_id,
+                               "labels", labels ? labels : json_object());
+    if (!record) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    struct publish_edit e = {.name = name, .record = record};
+    if (sl_tpl_catalog_update(cfg->template_root, publish_edit, &e, err) < 0) {
+        json_decref(record);
+        return NULL;
+    }
+    sl_info("template %s published from %s: %s (%lld bytes)", name, sandbox_id, info.digest,
+            (long long)info.size_bytes);
+    return record;
+}
+
+/* ---- attach ---------------------------------------------------------------- */
+
+json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
+                               int64_t generation, const char *const *refs, size_t nrefs,
+                               struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    if (template_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    if (nrefs < 1 || nrefs > MAX_ATTACH) {
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "attach between 1 and 16 templates");
+        return NULL;
+    }
+    char names[MAX_ATTACH][SL_TPL_NAME_MAX + 1], digests[MAX_ATTACH][SL_TPL_DIGEST_SIZE];
+    const char *shown[MAX_ATTACH];
+    size_t n = 0;
+    for (size_t i = 0; i < nrefs; i++) {
+        char name[SL_TPL_NAME_MAX + 1], digest[SL_TPL_DIGEST_SIZE];
+        if (sl_tpl_ref_parse(refs[i], name, digest, err) < 0)
+            return NULL;
+        bool dup = false;
+        for (size_t j = 0; j < n && !dup; j++)
+            if (strcmp(names[j], name) == 0) {
+                if (strcmp(digests[j], digest) != 0) {
+                    sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                                 "templates '%s' and '%s' both mount at /envs/%s", shown[j],
+                                 refs[i], name);
+                    return NULL;
+                }
+                dup = true; /* identical refs collapse */
+            }
+        if (dup)
+            continue;
+        snprintf(names[n], sizeof(names[n]), "%s", name);
+        snprintf(digests[n], sizeof(digests[n]), "%s", digest);
+        shown[n] = refs[i];
+        n++;
+    }
+    _cleanup_json_ json_t *catalog = sl_tpl_catalog_load(cfg->template_root, err);
+    if (!catalog)
+        return NULL;
+    json_t *attached = json_array();
+    for (size_t i = 0; i < n; i++) {
+        json_t *entry = json_object_get(catalog, names[i]);
+        if (!json_is_object(entry)) {
+            json_decref(attached);
+            sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "template '%s' is not in the catalog",
+                         names[i]);
+            return NULL;
+        }
+        /* A pin resolves to the pinned digest with the entry's other
+         * metadata (§6.1). */
+        json_t *rec = json_deep_copy(entry);
+        if (digests[i][0])
+            json_object_set_new(rec, "digest", json_string(digests[i]));
+        char tree[PATH_MAX];
+        if (sl_tpl_materialize(cfg->template_root, names[i], json_string_value(json_object_get(rec, "digest")),
+                               NULL, cfg->template_max_extract_bytes, tree, err) < 0) {
+            json_decref(rec);
+            json_decref(attached);
+            return NULL;
+        }
+        json_object_set_new(rec, "local_path", json_string(tree));
+        json_array_append_new(attached, rec);
+    }
+    /* Like publish, attach waits for nothing: a running command or file
+     * call holds the sandbox. */
+    struct sl_error lerr = {0};
+    _cleanup_close_ int rootfd = ws_sandbox_open(cfg->workspace_root, sandbox_id, err);
+    _cleanup_close_ int lockfd =
+        rootfd >= 0 ? ws_lock_global(rootfd, true, false, SL_E_SHARED_WORKSPACE_LOCKED, &lerr)
+                    : -1;
+    if (rootfd < 0 || lockfd < 0) {
+        if (rootfd >= 0)
+            *err = lerr;
+        json_decref(attached);
+        return NULL;
+    }
+    if (svc_live_set_templates(svc, sandbox_id, generation, json_incref(attached)) < 0) {
+        json_decref(attached);
+        sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        return NULL;
+    }
+    return json_pack("{s:s,s:o}", "status", "ATTACHED", "templates", attached);
+}
+
+int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
+                        struct sl_rt_mount **mounts, size_t *n, json_t **holder,
+                        struct sl_error *err)
+{
+    *mounts = NULL;
+    *n = 0;
+    *holder = svc_live_templates(svc, sandbox_id);
+    size_t count = json_array_size(*holder);
+    if (count == 0)
+        return 0;
+    *mounts = calloc(count, sizeof(**mounts));
+    if (!*mounts)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        json_t *rec = json_array_get(*holder, i);
+        const char *name = json_string_value(json_object_get(rec, "name"));
+        const char *digest = json_string_value(json_object_get(rec, "digest"));
+        const char *path = json_string_value(json_object_get(rec, "local_path"));
+        /* §6.5: an evicted revision is materialised again. */
+        struct stat st;
+        if (!name || !digest || !path)
+            continue;
+        if (stat(path, &st) < 0) {
+            char tree[PATH_MAX];
+            if (sl_tpl_materialize(svc->cfg->template_root, name, digest, NULL,
+                                   svc->cfg->template_max_extract_bytes, tree, err) < 0)
+                return -1;
+        }
+        (*mounts)[*n].name = name;
+        (*mounts)[*n].host_path = path;
+        (*n)++;
+    }
+    return 0;
+}
+
+/* ---- catalog routes ---------------------------------------------------------- */
+
+static int cmp_key(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err)
+{
+    _cleanup_json_ json_t *catalog = sl_tpl_catalog_load(svc->cfg->template_root, err);
+    if (!catalog)
+        return NULL;
+    /* Ordered by name. */
+    size_t n = json_object_size(catalog);
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    if (!keys) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    size_t i = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(catalog, k, v) keys[i++] = k;
+    qsort(keys, n, sizeof(*keys), cmp_key);
+    json_t *list = json_array();
+    for (i = 0; i < n; i++)
+        json_array_append(list, json_object_get(catalog, keys[i]));
+    free(keys);
+    return json_pack("{s:o}", "templates", list);
+}
+
+struct remove_edit {
+    const char *name;
+    bool removed;
+};
+
+static int remove_edit(json_t *catalog, void *arg, struct sl_error *err)
+{
+    struct remove_edit *e = arg;
+    (void)err;
+    e->removed = json_object_del(catalog, e->name) == 0;
+    return e->removed ? 0 : 1;
+}
+
+json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, struct sl_error *err)
+{
+    if (sl_tpl_name_check(name, err) < 0 || sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
+        return NULL;
+    struct remove_edit e = {.name = name};
+    if (sl_tpl_catalog_update(svc->cfg->template_root, remove_edit, &e, err) < 0)
+        return NULL;
+    return json_pack("{s:s,s:s}", "status", e.removed ? "REMOVED" : "NOT_FOUND", "name", name);
+}
+
+int64_t svc_template_total(struct sl_service *svc)
+{
+    struct sl_error ignored = {0};
+    json_t *catalog = sl_tpl_catalog_load(svc->cfg->template_root, &ignored);
+    int64_t n = catalog ? (int64_t)json_object_size(catalog) : 0;
+    json_decref(catalog);
+    return n;
+}

@@ -1,0 +1,212 @@
+#include "templates/catalog.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+
+int sl_tpl_name_check(const char *name, struct sl_error *err)
+{
+    size_t n = strlen(name);
+    bool ok = n >= 1 && n <= SL_TPL_NAME_MAX && strcmp(name, ".") != 0 &&
+              strcmp(name, "..") != 0 && (islower((unsigned char)name[0]) || isdigit((unsigned char)name[0]));
+    for (size_t i = 0; ok && i < n; i++) {
+        unsigned char c = (unsigned char)name[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    }
+    if (ok)
+        return 0;
+    return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                        "invalid template name '%.80s': expected lowercase alphanumerics, '.', "
+                        "'_' or '-', up to 64 characters",
+                        name);
+}
+
+static bool digest_valid(const char *d)
+{
+    if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + 64)
+        return false;
+    for (const char *p = d + 7; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+            return false;
+    return true;
+}
+
+int sl_tpl_ref_parse(const char *ref, char name[SL_TPL_NAME_MAX + 1],
+                     char digest[SL_TPL_DIGEST_SIZE], struct sl_error *err)
+{
+    while (isspace((unsigned char)*ref))
+        ref++;
+    size_t len = strlen(ref);
+    while (len > 0 && isspace((unsigned char)ref[len - 1]))
+        len--;
+    char buf[256];
+    if (len >= sizeof(buf))
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "invalid template reference");
+    memcpy(buf, ref, len);
+    buf[len] = '\0';
+    char *at = strchr(buf, '@');
+    digest[0] = '\0';
+    if (at) {
+        *at = '\0';
+        if (!digest_valid(at + 1))
+            return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                                "invalid template digest '%.80s': expected 'sha256:<64 hex>'",
+                                at + 1);
+        snprintf(digest, SL_TPL_DIGEST_SIZE, "%s", at + 1);
+    }
+    if (sl_tpl_name_check(buf, err) < 0)
+        return -1;
+    memcpy(name, buf, strlen(buf) + 1); /* at most 64 characters: checked */
+    return 0;
+}
+
+static int mkdir_p1(const char *path, mode_t mode, struct sl_error *err)
+{
+    if (mkdir(path, mode) < 0 && errno != EEXIST)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot create %s", path);
+    return 0;
+}
+
+int sl_tpl_root_prepare(const char *root, struct sl_error *err)
+{
+    /* The root and the trees are traversable by every sandbox uid; the
+     * bookkeeping directories are not. */
+    if (mkdir_p1(root, 0711, err) < 0)
+        return -1;
+    static const char *const priv[] = {".archives", ".locks", ".staging"};
+    for (size_t i = 0; i < SL_ARRAY_LEN(priv); i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof(p), "%s/%s", root, priv[i]);
+        if (mkdir_p1(p, 0700, err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int lock_file(const char *path, struct sl_error *err)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot open lock %s", path);
+    while (flock(fd, LOCK_EX) < 0) {
+        if (errno != EINTR) {
+            close(fd);
+            return sl_error_errno(err, SL_E_INTERNAL, "cannot lock %s", path);
+        }
+    }
+    return fd;
+}
+
+json_t *sl_tpl_catalog_load(const char *root, struct sl_error *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/catalog.json", root);
+    json_error_t jerr;
+    json_t *c = json_load_file(path, 0, &jerr);
+    if (!c) {
+        if (access(path, F_OK) < 0 && errno == ENOENT)
+            return json_object(); /* nothing published yet */
+        sl_error_set(err, SL_E_INTERNAL, 0, "the template catalog is unreadable");
+        return NULL;
+    }
+    if (!json_is_object(c)) {
+        json_decref(c);
+        sl_error_set(err, SL_E_INTERNAL, 0, "the template catalog is not an object");
+        return NULL;
+    }
+    return c;
+}
+
+int sl_tpl_catalog_update(const char *root,
+                          int (*edit)(json_t *catalog, void *arg, struct sl_error *err), void *arg,
+                          struct sl_error *err)
+{
+    char lock[PATH_MAX], path[PATH_MAX], tmp[PATH_MAX];
+    snprintf(lock, sizeof(lock), "%s/catalog.lock", root);
+    snprintf(path, sizeof(path), "%s/catalog.json", root);
+    _cleanup_close_ int lfd = lock_file(lock, err);
+    if (lfd < 0)
+        return -1;
+    _cleanup_json_ json_t *c = sl_tpl_catalog_load(root, err);
+    if (!c)
+        return -1;
+    int rc = edit(c, arg, err);
+    if (rc != 0)
+        return rc < 0 ? -1 : 0;
+    char hex[17];
+    if (sl_random_hex(hex, 8) < 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
+    snprintf(tmp, sizeof(tmp), "%s/.staging/catalog-%s.json", root, hex);
+    /* §6.6: pretty-printed, 2-space indent, sorted keys. */
+    if (json_dump_file(c, tmp, JSON_INDENT(2) | JSON_SORT_KEYS) < 0 || chmod(tmp, 0644) < 0 ||
+        rename(tmp, path) < 0) {
+        unlink(tmp);
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot write the template catalog");
+    }
+    return 0;
+}
+
+int sl_tpl_archive_path(const char *root, const char *name, const char *digest, char *out,
+                        size_t size)
+{
+    int n = snprintf(out, size, "%s/.archives/%s/sha256-%s.tar.gz", root, name, digest + 7);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+int sl_tpl_materialize(const char *root, const char *name, const char *digest,
+                       const char *archive, int64_t max_extract_bytes, char out[PATH_MAX],
+                       struct sl_error *err)
+{
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s/%s", root, name);
+    int n = snprintf(out, PATH_MAX, "%s/sha256-%s", dir, digest + 7);
+    if (n < 0 || n >= PATH_MAX)
+        return sl_error_set(err, SL_E_INTERNAL, 0, "template cache path too long");
+    struct stat st;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
+        (void)utimensat(AT_FDCWD, out, NULL, 0); /* LRU: used now */
+        return 0;
+    }
+    char lock[PATH_MAX];
+    snprintf(lock, sizeof(lock), "%s/.locks/%s-sha256-%s.lock", root, name, digest + 7);
+    _cleanup_close_ int lfd = lock_file(lock, err);
+    if (lfd < 0)
+        return -1;
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode))
+        return 0; /* another caller materialised it meanwhile */
+    char kept[PATH_MAX];
+    if (!archive) {
+        if (sl_tpl_archive_path(root, name, digest, kept, sizeof(kept)) < 0)
+            return sl_error_set(err, SL_E_INTERNAL, 0, "template archive path too long");
+        if (access(kept, R_OK) < 0)
+            return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                                "template %s@%s is not cached on this worker and no object "
+                                "store is configured to fetch it from",
+                                name, digest);
+        archive = kept;
+    }
+    if (mkdir_p1(dir, 0755, err) < 0)
+        return -1;
+    char hex[17], staging[PATH_MAX];
+    if (sl_random_hex(hex, 8) < 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
+    snprintf(staging, sizeof(staging), "%s/.staging/tree-%s", root, hex);
+    if (sl_tpl_extract(archive, name, digest, staging, max_extract_bytes, err) < 0)
+        return -1;
+    /* The staging area is private (0700); the tree's own modes were set by
+     * the extraction. Moving it in publishes it whole. */
+    if (rename(staging, out) < 0) {
+        sl_error_errno(err, SL_E_INTERNAL, "cannot move the template into the cache");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,59 @@
+/* Template names, references, the catalog and the local cache (API.md §6).
+ *
+ * Layout under the template root (SANDBOX_TEMPLATE_ROOT):
+ *   catalog.json, catalog.lock        the catalog (§6.6) and its lock
+ *   <name>/sha256-<hex>/              a materialised tree (read-only mounts)
+ *   .archives/<name>/sha256-<hex>.tar.gz
+ *                                      the archive a tree came from, kept so a
+ *                                      worker without an object store can
+ *                                      materialise an evicted revision again
+ *   .locks/<name>-sha256-<hex>.lock   one materialisation at a time per revision
+ *   .staging/                         archives being built, trees being extracted
+ * Every directory is root-owned; trees are world-readable so sandboxes can
+ * use them (§6.4). Thread-safe: state lives in files under flocks. */
+#ifndef SL_TEMPLATES_CATALOG_H
+#define SL_TEMPLATES_CATALOG_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "templates/archive.h"
+
+#define SL_TPL_NAME_MAX 64
+
+/* ^[a-z0-9][a-z0-9._-]{0,63}$ and not "." / ".."; 400 with the spec's
+ * sentence otherwise. */
+int sl_tpl_name_check(const char *name, struct sl_error *err);
+
+/* "name" or "name@sha256:<64 lowercase hex>", whitespace around trimmed.
+ * digest is "" when not pinned. */
+int sl_tpl_ref_parse(const char *ref, char name[SL_TPL_NAME_MAX + 1],
+                     char digest[SL_TPL_DIGEST_SIZE], struct sl_error *err);
+
+/* Create the root and its private subdirectories. */
+int sl_tpl_root_prepare(const char *root, struct sl_error *err);
+
+/* The catalog object (name -> record), {} when none was published. */
+json_t *sl_tpl_catalog_load(const char *root, struct sl_error *err);
+
+/* Read-modify-write under catalog.lock: edit(catalog, arg) changes the
+ * object in place and returns 0 (write it back), 1 (nothing to write) or -1
+ * (abort, err set). Written pretty-printed with sorted keys, atomically. */
+int sl_tpl_catalog_update(const char *root, int (*edit)(json_t *catalog, void *arg, struct sl_error *err),
+                          void *arg, struct sl_error *err);
+
+/* The archive kept for a revision: <root>/.archives/<name>/sha256-<hex>.tar.gz. */
+int sl_tpl_archive_path(const char *root, const char *name, const char *digest, char *out,
+                        size_t size);
+
+/* Make sure <root>/<name>/sha256-<hex>/ exists (extracting the kept
+ * archive, or `archive` when given, under the revision's lock) and touch
+ * it for the LRU; *out is its path. */
+int sl_tpl_materialize(const char *root, const char *name, const char *digest,
+                       const char *archive, int64_t max_extract_bytes, char out[PATH_MAX],
+                       struct sl_error *err);
+
+#endif
