@@ -14,6 +14,7 @@
 #include "api/http.h"
 #include "cmd/launch.h"
 #include "common/cleanup.h"
+#include "blobstore/blobstore.h"
 #include "common/log.h"
 #include "config/config.h"
 #include "registry/registry.h"
@@ -83,6 +84,7 @@ int main(void)
     struct sl_store *store = NULL;
     struct sl_registry *registry = NULL;
     struct sl_runtime *runtime = NULL;
+    struct sl_blobstore *blobstore = NULL; /* owned by the service after open */
     struct sl_service *svc = NULL; /* owns store, registry, runtime once open */
     struct sl_http *http = NULL;
     _cleanup_free_ char *warnings = NULL;
@@ -146,10 +148,34 @@ int main(void)
         failure = "MemoryError";
         goto out;
     }
+    /* The object store (FLEET.md §8): present when the backend is s3 and a
+     * bucket is set. A bad configuration (one key alone) stops startup; an
+     * unreachable store does not (the first operation that needs it
+     * answers OBJECT_STORE_UNAVAILABLE). */
     if (cfg.blobstore_bucket && *cfg.blobstore_bucket &&
-        strcmp(cfg.object_store_backend, "s3") == 0)
-        sl_warn("an object store bucket is configured but this build has no object store yet; "
-                "templates and snapshots are unavailable");
+        strcmp(cfg.object_store_backend, "s3") == 0) {
+        struct sl_s3_options so;
+        sl_s3_options_init(&so);
+        so.endpoint = cfg.blobstore_endpoint;
+        so.region = cfg.blobstore_region;
+        so.bucket = cfg.blobstore_bucket;
+        so.base_prefix = cfg.blobstore_base_prefix;
+        so.access_key = cfg.blobstore_access_key;
+        so.secret_key = cfg.blobstore_secret_key;
+        blobstore = sl_blobstore_s3_open(&so, &err);
+        if (!blobstore) {
+            failure = "ConfigError";
+            goto out;
+        }
+        struct sl_error berr = {0};
+        int made = blobstore->ops->ensure_bucket(blobstore, &berr);
+        if (made < 0)
+            sl_warn("object store: bucket not ready (%s); %s", blobstore->ops->describe(blobstore),
+                    berr.detail[0] ? berr.detail : sl_error_text(&berr));
+        else
+            sl_info("object store: %s%s", blobstore->ops->describe(blobstore),
+                    made ? " (bucket created)" : "");
+    }
 
     /* Runtime probe and level selection (RUNTIME.md §2 step 6). */
     char init_path[PATH_MAX + 32];
@@ -166,8 +192,11 @@ int main(void)
     sl_info("isolation level %s selected (requested %s)",
             sl_rt_profile(runtime)->selected_level, cfg.isolation_level);
 
-    struct sl_service_deps deps = {
-        .cfg = &cfg, .store = store, .registry = registry, .runtime = runtime};
+    struct sl_service_deps deps = {.cfg = &cfg,
+                                   .store = store,
+                                   .registry = registry,
+                                   .runtime = runtime,
+                                   .blobstore = blobstore};
     svc = sl_service_open(&deps, &err);
     if (!svc) {
         failure = "RuntimeError";
@@ -175,6 +204,7 @@ int main(void)
     }
     store = NULL;
     registry = NULL;
+    blobstore = NULL;
     runtime = NULL;
     if (sl_service_start(svc, &err) < 0) {
         failure = "HeartbeatError";
@@ -218,6 +248,8 @@ out:
         sl_rt_close(runtime);
     if (registry)
         registry->ops->close(registry);
+    if (blobstore)
+        blobstore->ops->close(blobstore);
     if (store)
         store->ops->close(store);
     /* log_path may point into cfg: it is not used past this point. */

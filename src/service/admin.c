@@ -198,7 +198,7 @@ json_t *sl_svc_admin_overview(struct sl_service *svc, struct sl_error *err)
         "sandbox_total", (json_int_t)sandbox_total, "workers", workers, "worker_total",
         (json_int_t)nrows, "live_worker_total", (json_int_t)live_total, "capacity_total",
         (json_int_t)capacity_total, "running_sessions_total", (json_int_t)sessions_total,
-        "template_total", (int)svc_template_total(svc), "templates_shared", false, "isolation",
+        "template_total", (int)svc_template_total(svc), "templates_shared", svc->blobstore != NULL, "isolation",
         json_object_get(worker, "capabilities"), "disk", json_object_get(health, "disk"),
         "reclamation", json_object_get(worker, "reclamation"), "fleet_queries_available", true);
     json_decref(health);

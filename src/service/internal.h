@@ -34,6 +34,7 @@ struct sl_service {
     struct sl_store *store;
     struct sl_registry *registry;
     struct sl_runtime *runtime;
+    struct sl_blobstore *blobstore; /* NULL: templates stay on this worker */
 
     /* Sized like the registry entry and the SQL columns they end up in. */
     char worker_id[129];
@@ -107,6 +108,10 @@ json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t
 int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
                         struct sl_rt_mount **mounts, size_t *n, json_t **holder,
                         struct sl_error *err);
+
+/* Maintenance: enforce SANDBOX_TEMPLATE_CACHE_MAX_BYTES, least recently
+ * used first, never a revision mounted by a live sandbox. */
+void svc_template_cache_budget(struct sl_service *svc);
 
 /* Templates published in the catalog this worker sees. */
 int64_t svc_template_total(struct sl_service *svc);

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "runtime/env.h"
+#include "blobstore/blobstore.h"
 #include "service/internal.h"
 
 #define SL_VERSION "0.2.0"
@@ -237,6 +238,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->store = deps->store;
     svc->registry = deps->registry;
     svc->runtime = deps->runtime;
+    svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->loop_lock, NULL);
     /* The loop computes its deadlines on CLOCK_MONOTONIC; the condition
@@ -404,6 +406,7 @@ static void *service_loop(void *arg)
             int removed = ws_trash_purge(cfg->workspace_root);
             if (removed > 0)
                 sl_info("maintenance: removed %d destroyed sandbox roots", removed);
+            svc_template_cache_budget(svc);
             next_maint = now + maint_every;
         }
         pthread_mutex_lock(&svc->loop_lock);
@@ -464,6 +467,8 @@ void sl_service_close(struct sl_service *svc)
         sl_rt_close(svc->runtime);
     if (svc->registry)
         svc->registry->ops->close(svc->registry);
+    if (svc->blobstore)
+        svc->blobstore->ops->close(svc->blobstore);
     if (svc->store)
         svc->store->ops->close(svc->store);
     for (size_t i = 0; i < svc->live_n; i++) {

@@ -27,6 +27,7 @@ struct sl_config;
 struct sl_store;
 struct sl_registry;
 struct sl_runtime;
+struct sl_blobstore;
 
 struct sl_service;
 
@@ -35,6 +36,7 @@ struct sl_service_deps {
     struct sl_store *store;       /* owned by the service after open */
     struct sl_registry *registry; /* owned by the service after open */
     struct sl_runtime *runtime;   /* owned by the service after open */
+    struct sl_blobstore *blobstore; /* NULL = no object store; owned after open */
 };
 
 struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl_error *err);

@@ -18,12 +18,125 @@
 #include "common/log.h"
 #include "common/syscalls.h"
 #include "common/util.h"
+#include "blobstore/blobstore.h"
 #include "service/internal.h"
 #include "templates/archive.h"
 #include "templates/catalog.h"
 #include "workspace/files.h"
 
 #define MAX_ATTACH 16
+#define CATALOG_KEY "templates/catalog.json"
+#define CATALOG_MAX_BYTES (16u << 20)
+
+/* ---- the catalog, local or shared through the object store (§6.6) ---------- */
+
+static void archive_key(const char *name, const char *digest, char *out, size_t size)
+{
+    snprintf(out, size, "templates/%s/sha256-%s.tar.gz", name, digest + 7);
+}
+
+/* The shared catalog object from the store; {} when none was published. */
+static json_t *store_catalog(struct sl_service *svc, struct sl_error *err)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int found = svc->blobstore->ops->get_buffer(svc->blobstore, CATALOG_KEY, CATALOG_MAX_BYTES,
+                                                &buf, &len, err);
+    if (found < 0)
+        return NULL;
+    json_t *c = found ? json_loadb(buf, len, 0, NULL) : NULL;
+    free(buf);
+    if (!json_is_object(c)) {
+        json_decref(c);
+        c = json_object(); /* missing or not an object: nothing published */
+    }
+    return c;
+}
+
+struct shared_edit {
+    struct sl_service *svc;
+    int (*edit)(json_t *catalog, void *arg, struct sl_error *err);
+    void *arg;
+};
+
+/* Under the local lock: start from the store's copy, edit, upload, then the
+ * local copy is written (last writer wins across replicas, as FLEET.md
+ * says). */
+static int shared_edit(json_t *catalog, void *arg, struct sl_error *err)
+{
+    struct shared_edit *e = arg;
+    if (e->svc->blobstore) {
+        json_t *shared = store_catalog(e->svc, err);
+        if (!shared)
+            return -1;
+        json_object_clear(catalog);
+        json_object_update(catalog, shared);
+        json_decref(shared);
+    }
+    int rc = e->edit ? e->edit(catalog, e->arg, err) : 0;
+    if (rc != 0 || !e->svc->blobstore)
+        return rc;
+    char *text = json_dumps(catalog, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (!text)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    int up = e->svc->blobstore->ops->put_buffer(e->svc->blobstore, CATALOG_KEY, text,
+                                                strlen(text), err);
+    free(text);
+    return up < 0 ? -1 : 0;
+}
+
+static int catalog_update(struct sl_service *svc,
+                          int (*edit)(json_t *catalog, void *arg, struct sl_error *err),
+                          void *arg, struct sl_error *err)
+{
+    struct shared_edit e = {.svc = svc, .edit = edit, .arg = arg};
+    return sl_tpl_catalog_update(svc->cfg->template_root, shared_edit, &e, err);
+}
+
+/* Every read of a shared catalog refreshes the local copy. */
+static json_t *catalog_load(struct sl_service *svc, struct sl_error *err)
+{
+    if (sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
+        return NULL;
+    if (!svc->blobstore)
+        return sl_tpl_catalog_load(svc->cfg->template_root, err);
+    struct shared_edit e = {.svc = svc, .edit = NULL};
+    if (sl_tpl_catalog_update(svc->cfg->template_root, shared_edit, &e, err) < 0)
+        return NULL;
+    return sl_tpl_catalog_load(svc->cfg->template_root, err);
+}
+
+/* A revision's tree, fetching its archive from the object store when this
+ * worker has neither the tree nor the archive. */
+static int materialize(struct sl_service *svc, const char *name, const char *digest,
+                       char tree[PATH_MAX], struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    char kept[PATH_MAX], kept_dir[PATH_MAX];
+    snprintf(tree, PATH_MAX, "%s/%s/sha256-%s", cfg->template_root, name, digest + 7);
+    struct stat st;
+    if (svc->blobstore && stat(tree, &st) < 0 &&
+        sl_tpl_archive_path(cfg->template_root, name, digest, kept, sizeof(kept)) == 0 &&
+        access(kept, R_OK) < 0) {
+        snprintf(kept_dir, sizeof(kept_dir), "%s/.archives/%s", cfg->template_root, name);
+        if (mkdir(kept_dir, 0700) < 0 && errno != EEXIST)
+            return sl_error_errno(err, SL_E_INTERNAL, "cannot prepare %s", kept_dir);
+        char key[256];
+        archive_key(name, digest, key, sizeof(key));
+        int got = svc->blobstore->ops->get_file(svc->blobstore, key, kept, digest + 7,
+                                                (uint64_t)cfg->template_max_archive_bytes, err);
+        if (got < 0) {
+            if (sl_error_is(err, SL_E_OBJECT_DIGEST_MISMATCH))
+                err->code = SL_E_INVALID_ARGUMENT;
+            return -1;
+        }
+        if (got == 0)
+            return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                                "template %s@%s is not in the object store", name, digest);
+    }
+    return sl_tpl_materialize(cfg->template_root, name, digest, NULL,
+                              cfg->template_max_extract_bytes, tree, err);
+}
 
 static struct sl_tpl_limits limits_of(const struct sl_config *cfg)
 {
@@ -146,6 +259,12 @@ json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
         sl_error_errno(err, SL_E_INTERNAL, "cannot keep the template archive");
         return NULL;
     }
+    if (svc->blobstore) {
+        char key[256];
+        archive_key(name, info.digest, key, sizeof(key));
+        if (svc->blobstore->ops->put_file(svc->blobstore, key, kept, info.digest + 7, err) < 0)
+            return NULL;
+    }
     char target[80];
     snprintf(target, sizeof(target), "/envs/%s", name);
     json_t *record = json_pack("{s:s,s:s,s:I,s:s,s:f,s:s,s:s,s:O}", "name", name, "digest",
@@ -158,7 +277,7 @@ json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
         return NULL;
     }
     struct publish_edit e = {.name = name, .record = record};
-    if (sl_tpl_catalog_update(cfg->template_root, publish_edit, &e, err) < 0) {
+    if (catalog_update(svc, publish_edit, &e, err) < 0) {
         json_decref(record);
         return NULL;
     }
@@ -205,7 +324,7 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
         shown[n] = refs[i];
         n++;
     }
-    _cleanup_json_ json_t *catalog = sl_tpl_catalog_load(cfg->template_root, err);
+    _cleanup_json_ json_t *catalog = catalog_load(svc, err);
     if (!catalog)
         return NULL;
     json_t *attached = json_array();
@@ -223,8 +342,8 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
         if (digests[i][0])
             json_object_set_new(rec, "digest", json_string(digests[i]));
         char tree[PATH_MAX];
-        if (sl_tpl_materialize(cfg->template_root, names[i], json_string_value(json_object_get(rec, "digest")),
-                               NULL, cfg->template_max_extract_bytes, tree, err) < 0) {
+        if (materialize(svc, names[i], json_string_value(json_object_get(rec, "digest")), tree,
+                        err) < 0) {
             json_decref(rec);
             json_decref(attached);
             return NULL;
@@ -277,8 +396,7 @@ int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
             continue;
         if (stat(path, &st) < 0) {
             char tree[PATH_MAX];
-            if (sl_tpl_materialize(svc->cfg->template_root, name, digest, NULL,
-                                   svc->cfg->template_max_extract_bytes, tree, err) < 0)
+            if (materialize(svc, name, digest, tree, err) < 0)
                 return -1;
         }
         (*mounts)[*n].name = name;
@@ -297,7 +415,7 @@ static int cmp_key(const void *a, const void *b)
 
 json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err)
 {
-    _cleanup_json_ json_t *catalog = sl_tpl_catalog_load(svc->cfg->template_root, err);
+    _cleanup_json_ json_t *catalog = catalog_load(svc, err);
     if (!catalog)
         return NULL;
     /* Ordered by name. */
@@ -337,7 +455,7 @@ json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, stru
     if (sl_tpl_name_check(name, err) < 0 || sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
         return NULL;
     struct remove_edit e = {.name = name};
-    if (sl_tpl_catalog_update(svc->cfg->template_root, remove_edit, &e, err) < 0)
+    if (catalog_update(svc, remove_edit, &e, err) < 0)
         return NULL;
     return json_pack("{s:s,s:s}", "status", e.removed ? "REMOVED" : "NOT_FOUND", "name", name);
 }
@@ -345,8 +463,43 @@ json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, stru
 int64_t svc_template_total(struct sl_service *svc)
 {
     struct sl_error ignored = {0};
-    json_t *catalog = sl_tpl_catalog_load(svc->cfg->template_root, &ignored);
+    json_t *catalog = catalog_load(svc, &ignored);
     int64_t n = catalog ? (int64_t)json_object_size(catalog) : 0;
     json_decref(catalog);
     return n;
+}
+
+/* ---- cache budget ---------------------------------------------------------- */
+
+/* Is the tree attached to a live sandbox? Runs under live_lock. */
+static bool tree_pinned(const char *tree_path, void *arg)
+{
+    struct sl_service *svc = arg;
+    bool pinned = false;
+    pthread_mutex_lock(&svc->live_lock);
+    for (size_t i = 0; i < svc->live_n && !pinned; i++) {
+        json_t *rec;
+        size_t j;
+        json_array_foreach(svc->live[i].templates, j, rec) {
+            const char *p = json_string_value(json_object_get(rec, "local_path"));
+            if (p && strcmp(p, tree_path) == 0)
+                pinned = true;
+        }
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+    return pinned;
+}
+
+void svc_template_cache_budget(struct sl_service *svc)
+{
+    const struct sl_config *cfg = svc->cfg;
+    if (cfg->template_cache_max_bytes < 0)
+        return;
+    struct sl_error err = {0};
+    int removed = sl_tpl_cache_evict(cfg->template_root, cfg->template_cache_max_bytes,
+                                     tree_pinned, svc, &err);
+    if (removed < 0)
+        sl_warn("template cache budget: %s", sl_error_text(&err));
+    else if (removed > 0)
+        sl_info("template cache budget: evicted %d least recently used revisions", removed);
 }

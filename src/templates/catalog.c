@@ -8,6 +8,8 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <dirent.h>
+#include <ftw.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -209,4 +211,96 @@ int sl_tpl_materialize(const char *root, const char *name, const char *digest,
         return -1;
     }
     return 0;
+}
+
+/* ---- cache budget ---------------------------------------------------------- */
+
+struct cached_tree {
+    char path[PATH_MAX];
+    int64_t bytes;
+    struct timespec used;
+};
+
+static _Thread_local int64_t walk_bytes;
+
+static int add_size(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)path;
+    (void)type;
+    (void)ftw;
+    walk_bytes += (int64_t)st->st_blocks * 512;
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static int cmp_used(const void *a, const void *b)
+{
+    const struct cached_tree *x = a, *y = b;
+    if (x->used.tv_sec != y->used.tv_sec)
+        return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+    return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
+}
+
+int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
+                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
+                       struct sl_error *err)
+{
+    if (max_bytes < 0)
+        return 0;
+    DIR *top = opendir(root);
+    if (!top)
+        return errno == ENOENT ? 0 : sl_error_errno(err, SL_E_INTERNAL, "cannot read %s", root);
+    struct cached_tree *trees = NULL;
+    size_t n = 0, cap = 0;
+    int64_t total = 0;
+    for (struct dirent *e; (e = readdir(top));) {
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+            continue; /* the private directories start with a dot */
+        char name_dir[PATH_MAX];
+        snprintf(name_dir, sizeof(name_dir), "%s/%s", root, e->d_name);
+        DIR *d = opendir(name_dir);
+        for (struct dirent *r; d && (r = readdir(d));) {
+            if (strncmp(r->d_name, "sha256-", 7) != 0)
+                continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                struct cached_tree *nt = realloc(trees, cap * sizeof(*nt));
+                if (!nt)
+                    break;
+                trees = nt;
+            }
+            struct cached_tree *t = &trees[n];
+            snprintf(t->path, sizeof(t->path), "%s/%s", name_dir, r->d_name);
+            struct stat st;
+            if (stat(t->path, &st) < 0)
+                continue;
+            t->used = st.st_mtim;
+            walk_bytes = 0;
+            (void)nftw(t->path, add_size, 16, FTW_PHYS);
+            t->bytes = walk_bytes;
+            total += t->bytes;
+            n++;
+        }
+        if (d)
+            closedir(d);
+    }
+    closedir(top);
+    qsort(trees, n, sizeof(*trees), cmp_used);
+    int removed = 0;
+    for (size_t i = 0; i < n && total > max_bytes; i++) {
+        if (pinned && pinned(trees[i].path, arg))
+            continue; /* mounted by a live sandbox: never evicted */
+        if (nftw(trees[i].path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0) {
+            total -= trees[i].bytes;
+            removed++;
+        }
+    }
+    free(trees);
+    return removed;
 }

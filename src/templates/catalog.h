@@ -56,4 +56,13 @@ int sl_tpl_materialize(const char *root, const char *name, const char *digest,
                        const char *archive, int64_t max_extract_bytes, char out[PATH_MAX],
                        struct sl_error *err);
 
+/* The cache budget (SANDBOX_TEMPLATE_CACHE_MAX_BYTES): while the trees
+ * under root take more than max_bytes, remove the least recently used one
+ * (directory mtime, touched on every use) that `pinned` does not protect.
+ * Kept archives are not counted: they are the source of truth without an
+ * object store. Returns the number of trees removed, -1 on error. */
+int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
+                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
+                       struct sl_error *err);
+
 #endif
