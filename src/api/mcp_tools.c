@@ -165,6 +165,10 @@ static const struct field OUT_EXEC[] = {
     {"truncated", F_BOOL, true, NULL, NULL},
     /* Ours, additive (as in the REST answer): why the command ended. */
     {"termination_reason", F_STR_NULL, false, NULL, NULL},
+    /* Ours, additive: when the session stops / the route is released if
+     * nothing more happens. */
+    {"session_idle_stop_at", F_STR_NULL, false, NULL, NULL},
+    {"idle_release_at", F_STR_NULL, false, NULL, NULL},
     {0},
 };
 static const struct field OUT_CANCEL[] = {{"cancelled", F_BOOL, true, NULL, NULL}, {0}};

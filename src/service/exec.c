@@ -94,6 +94,28 @@ static int take_exec_locks(int rootfd, const char *scope, int *global_fd, int *s
 }
 
 
+/* Ours, additive (the reclamation issue): on every exec answer, what
+ * happens if nothing more is asked: when the warm session stops
+ * (SANDBOX_SESSION_IDLE_SECONDS) and when the route is released
+ * (SANDBOX_IDLE_TTL_SECONDS), counted from now; null when off. A command
+ * still running holds both off; these are the times should it end now. */
+static void add_idle_times(const struct sl_service *svc, json_t *view)
+{
+    if (!view)
+        return;
+    const struct sl_config *cfg = svc->cfg;
+    int64_t now = sl_now_us();
+    json_object_set_new(view, "session_idle_stop_at",
+                        sl_json_ts(cfg->session_idle_seconds > 0
+                                       ? now + cfg->session_idle_seconds * 1000000
+                                       : 0,
+                                   "Z"));
+    json_object_set_new(view, "idle_release_at",
+                        sl_json_ts(cfg->idle_ttl_seconds > 0 ? now + cfg->idle_ttl_seconds * 1000000
+                                                             : 0,
+                                   "Z"));
+}
+
 /* One execution running on this worker: in the table from admission to
  * completion. Two references: the request that launched it (a completion
  * may run before the launch call returns) and the completion. */
@@ -178,6 +200,7 @@ static void complete(struct svc_exec *x, int64_t duration_ms)
     x->global_fd = x->scope_fd = -1;
     svc_live_touch(svc, x->sandbox_id);
     json_t *view = x->wait ? exec_view(rec, true, duration_ms) : NULL;
+    add_idle_times(svc, view);
     sl_exec_wait_fn wait = x->wait;
     void *wait_ctx = x->wait_ctx;
     table_remove(svc, x);
@@ -411,6 +434,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     if (admitted == SL_ADMIT_REPLAY) {
         /* §4.3: the stored record, at once, whatever this request says. */
         *out = exec_view(&existing, false, 0);
+        add_idle_times(svc, *out);
         sl_exec_record_clear(&existing);
         svc_exec_put(x);
         return 0;
@@ -444,6 +468,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     }
     svc_exec_put(x);
     if (req->background) {
+        add_idle_times(svc, stub);
         *out = stub;
         return 0;
     }
@@ -489,6 +514,7 @@ json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const ch
         return NULL;
     }
     json_t *view = exec_view(&rec, false, 0);
+    add_idle_times(svc, view);
     sl_exec_record_clear(&rec);
     return view;
 }

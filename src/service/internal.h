@@ -29,6 +29,15 @@ struct sl_live {
 struct svc_exec;
 struct sl_pool;
 
+/* The reaper's counters (FLEET.md §6.2), guarded by loop_lock. */
+struct svc_reaper {
+    bool ran, orphans_seen;
+    int64_t last_run_at;
+    int64_t last_released, released_total, failures_total;
+    int64_t last_already_gone, already_gone_total;
+    int64_t orphan_workspaces_deleted_total;
+};
+
 struct sl_service {
     const struct sl_config *cfg;
     struct sl_store *store;
@@ -66,6 +75,7 @@ struct sl_service {
     bool stopping;
     atomic_llong last_heartbeat_mono_us; /* 0 = never */
     struct sl_disk_status disk;          /* guarded by loop_lock */
+    struct svc_reaper reaper;            /* counters guarded by loop_lock */
 };
 
 /* Control-plane fence (API.md §2.2 rule 2 + §10.1 steps 1–2): the route must
@@ -86,6 +96,8 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
 bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id);
 void svc_live_remove(struct sl_service *svc, const char *sandbox_id);
 void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
+/* Live on this worker (or being destroyed)? */
+bool svc_live_exists(struct sl_service *svc, const char *sandbox_id);
 /* Replace the attached-template array (steals `templates`); -1 if not live. */
 int svc_live_set_templates(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                            json_t *templates);
@@ -112,6 +124,18 @@ int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
 /* Maintenance: enforce SANDBOX_TEMPLATE_CACHE_MAX_BYTES, least recently
  * used first, never a revision mounted by a live sandbox. */
 void svc_template_cache_budget(struct sl_service *svc);
+
+/* The release path (API.md §3.14) with a reason (§1.4) and, for the
+ * reaper, a system actor (NULL = the client's actor for the scope). */
+json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,
+                    const char *system_actor, struct sl_error *err);
+/* service/reaper.c: one reclamation pass of the maintenance cycle, and the
+ * reaper_status document (FLEET.md §6.2). */
+void svc_reaper_cycle(struct sl_service *svc);
+json_t *svc_reaper_status(struct sl_service *svc);
+
+/* Finish a suspend left SUSPENDING (the reaper's stalled-suspend sweep). */
+int svc_finish_suspend(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
 /* Templates published in the catalog this worker sees. */
 int64_t svc_template_total(struct sl_service *svc);

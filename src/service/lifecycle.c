@@ -221,6 +221,27 @@ static json_t *audit_view(const struct sl_route *r)
 }
 
 /* Read a route and render it with `view`; SANDBOX_NOT_FOUND when absent. */
+/* Ours, additive (the reclamation issue): when the sandbox will be
+ * reclaimed if nothing happens. idle_release_at: an awake route idle for
+ * SANDBOX_IDLE_TTL_SECONDS is released (null while a command runs, or when
+ * the TTL is off); retained_until: a suspended one is released after
+ * SANDBOX_SUSPENDED_RETENTION_SECONDS. The warm session's own idle stop is
+ * on each exec answer (session_idle_stop_at). */
+static void add_reclaim_times(const struct sl_service *svc, const struct sl_route *r, json_t *doc)
+{
+    const struct sl_config *cfg = svc->cfg;
+    bool awake = status_is(r, "ASSIGNED") || status_is(r, "READY");
+    bool dormant = status_is(r, "SUSPENDED");
+    int64_t idle = awake && !r->active_exec_id && cfg->idle_ttl_seconds > 0 && r->last_active_at
+                       ? r->last_active_at + cfg->idle_ttl_seconds * 1000000
+                       : 0;
+    int64_t kept = dormant && cfg->suspended_retention_seconds > 0 && r->last_active_at
+                       ? r->last_active_at + cfg->suspended_retention_seconds * 1000000
+                       : 0;
+    json_object_set_new(doc, "idle_release_at", sl_json_ts(idle, "Z"));
+    json_object_set_new(doc, "retained_until", sl_json_ts(kept, "Z"));
+}
+
 static json_t *route_lookup(struct sl_service *svc, const char *sandbox_id,
                             json_t *(*view)(const struct sl_route *), struct sl_error *err)
 {
@@ -232,6 +253,8 @@ static json_t *route_lookup(struct sl_service *svc, const char *sandbox_id,
         return NULL;
     }
     json_t *doc = view(&r);
+    if (doc && view == route_view)
+        add_reclaim_times(svc, &r, doc);
     sl_route_clear(&r);
     return doc;
 }
@@ -518,6 +541,12 @@ static int worker_destroy(struct sl_service *svc, const char *sandbox_id, uid_t 
 
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
 {
+    return svc_release(svc, sandbox_id, "CLIENT_RELEASE", NULL, err);
+}
+
+json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,
+                    const char *system_actor, struct sl_error *err)
+{
     struct sl_route r = {0};
     int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
     if (found < 0)
@@ -587,9 +616,9 @@ json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl
     }
 
     /* RELEASING -> RELEASED, generation + 1. */
-    actor = actor_for_scope(r.workspace_scope_id);
+    actor = system_actor ? strdup(system_actor) : actor_for_scope(r.workspace_scope_id);
     now = sl_now_us();
-    if (!actor || close_generation(&r, "CLIENT_RELEASE", actor, now) < 0) {
+    if (!actor || close_generation(&r, reason, actor, now) < 0) {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         goto out;
     }
@@ -839,4 +868,20 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
     }
     sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
     return NULL;
+}
+
+int svc_finish_suspend(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found <= 0)
+        return found;
+    int64_t gen = r.generation;
+    bool suspending = status_is(&r, "SUSPENDING");
+    sl_route_clear(&r);
+    if (!suspending)
+        return 0;
+    json_t *doc = sl_svc_suspend(svc, sandbox_id, gen, err);
+    json_decref(doc);
+    return doc ? 1 : -1;
 }

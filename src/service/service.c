@@ -407,6 +407,8 @@ static void *service_loop(void *arg)
             if (removed > 0)
                 sl_info("maintenance: removed %d destroyed sandbox roots", removed);
             svc_template_cache_budget(svc);
+            /* Steps 3-5: idle, stuck and expired routes, orphaned dirs. */
+            svc_reaper_cycle(svc);
             next_maint = now + maint_every;
         }
         pthread_mutex_lock(&svc->loop_lock);
@@ -500,8 +502,7 @@ json_t *sl_svc_healthz(struct sl_service *svc)
         (json_int_t)cfg->orphan_release_grace_seconds, "suspended_retention_seconds",
         (json_int_t)cfg->suspended_retention_seconds, "orphan_dormant_dir_ttl_seconds",
         (json_int_t)cfg->orphan_dormant_dir_ttl_seconds);
-    json_t *reaper = json_pack("{s:n,s:i,s:i,s:i,s:i}", "last_run_at", "last_released", 0,
-                               "released_total", 0, "failures_total", 0, "already_gone_total", 0);
+    json_t *reaper = svc_reaper_status(svc);
     json_t *worker = json_pack(
         "{s:s,s:s,s:s,s:s,s:i,s:i,s:O,s:s,s:s,s:o,s:o}", "id", svc->worker_id, "epoch",
         svc->worker_epoch, "endpoint", svc->endpoint, "storage_mode",
@@ -600,6 +601,14 @@ int svc_live_set_templates(struct sl_service *svc, const char *sandbox_id, int64
     pthread_mutex_unlock(&svc->live_lock);
     json_decref(templates);
     return rc;
+}
+
+bool svc_live_exists(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    bool found = live_find(svc, sandbox_id) != NULL;
+    pthread_mutex_unlock(&svc->live_lock);
+    return found;
 }
 
 json_t *svc_live_templates(struct sl_service *svc, const char *sandbox_id)

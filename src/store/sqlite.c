@@ -87,6 +87,7 @@ enum stmt_id {
     ST_ROUTE_COUNT,
     ST_ROUTE_HISTOGRAM,
     ST_WORKER_LIST,
+    ST_ROUTE_REAPABLE,
     ST_COUNT
 };
 
@@ -146,6 +147,16 @@ static const char *const stmt_sql[ST_COUNT] = {
                        " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"
                        " AND (?3 IS NULL OR worker_id = ?3)"
                        " AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '\\')",
+    /* Timestamps are stored as text of one fixed format: comparing them as
+     * strings compares the times. A 0 cut-off binds NULL: no match. */
+    [ST_ROUTE_REAPABLE] =
+        "SELECT " ROUTE_COLUMNS " FROM " ROUTE_TABLE " WHERE "
+        "(active_exec_id IS NULL AND status IN ('ASSIGNED', 'READY') AND last_active_at < ?1)"
+        " OR (active_exec_id IS NULL AND status = 'RELEASING' AND updated_at < ?2)"
+        " OR (status = 'RUNNING' AND active_exec_id IS NOT NULL AND last_active_at < ?3)"
+        " OR (status = 'SUSPENDING' AND updated_at < ?4)"
+        " OR (status = 'SUSPENDED' AND last_active_at < ?5)"
+        " ORDER BY last_active_at ASC, sandbox_id LIMIT ?6",
     [ST_ROUTE_HISTOGRAM] = "SELECT status, COUNT(*) FROM " ROUTE_TABLE
                            " GROUP BY status ORDER BY status",
     [ST_WORKER_LIST] = "SELECT worker_id, worker_epoch, endpoint, status, capacity, "
@@ -1082,6 +1093,49 @@ static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f
     return 0;
 }
 
+static int sqlite_route_reapable(struct sl_store *s, const struct sl_reap_query *q,
+                                 struct sl_route **out, size_t *n, struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_REAPABLE, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    const int64_t cut[] = {q->idle_before, q->releasing_before, q->running_before,
+                           q->suspending_before, q->suspended_before};
+    for (int i = 0; i < 5; i++) {
+        if (cut[i] > 0)
+            bind_ts(&b, i + 1, cut[i], false);
+        else
+            bind_text(&b, i + 1, NULL);
+    }
+    bind_int64(&b, 6, q->limit);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    struct sl_route *v = calloc((size_t)(q->limit > 0 ? q->limit : 1), sizeof(*v));
+    if (!v)
+        return oom(err);
+    size_t count = 0;
+    int r = 0;
+    while (count < (size_t)q->limit && (r = step(st, stmt, err)) == 1) {
+        if (route_read(stmt, &v[count], err) < 0) {
+            sl_routes_free(v, count);
+            return -1;
+        }
+        count++;
+    }
+    if (r < 0) {
+        sl_routes_free(v, count);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
 static int sqlite_route_status_counts(struct sl_store *s, struct sl_status_count **out,
                                       size_t *n, struct sl_error *err)
 {
@@ -1527,6 +1581,7 @@ static const struct sl_store_ops sqlite_ops = {
     .route_uids_of_worker = sqlite_route_uids_of_worker,
     .route_list = sqlite_route_list,
     .route_status_counts = sqlite_route_status_counts,
+    .route_reapable = sqlite_route_reapable,
     .worker_list = sqlite_worker_list,
     .exec_finish = sqlite_exec_finish,
     .exec_mark_running = sqlite_exec_mark_running,

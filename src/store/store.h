@@ -105,6 +105,19 @@ struct sl_status_count {
     int64_t count;
 };
 
+/* The reaper's query (FLEET.md §6.1 step 3, §7.1): routes that are idle,
+ * stuck releasing, running on a lost owner, stuck suspending or past their
+ * retention, oldest activity first. Cut-offs are µs timestamps; 0 turns a
+ * condition off. */
+struct sl_reap_query {
+    int64_t idle_before;        /* ASSIGNED/READY, no active exec, last_active_at < */
+    int64_t releasing_before;   /* RELEASING, no active exec, updated_at < */
+    int64_t running_before;     /* RUNNING with an active exec, last_active_at < */
+    int64_t suspending_before;  /* SUSPENDING, updated_at < */
+    int64_t suspended_before;   /* SUSPENDED, last_active_at < */
+    int64_t limit;
+};
+
 struct sl_exec_filter {
     const char *sandbox_id; /* NULL = any */
     const char *status;     /* NULL = any */
@@ -197,6 +210,9 @@ struct sl_store_ops {
      * paged, with the unpaged *total; free with sl_routes_free. */
     int (*route_list)(struct sl_store *s, const struct sl_route_filter *f, struct sl_route **out,
                       size_t *n, int64_t *total, struct sl_error *err);
+    /* FLEET.md §6.1: the routes the reaper should look at. */
+    int (*route_reapable)(struct sl_store *s, const struct sl_reap_query *q,
+                          struct sl_route **out, size_t *n, struct sl_error *err);
     /* Route counts by status; *out malloc'd (caller frees). */
     int (*route_status_counts)(struct sl_store *s, struct sl_status_count **out, size_t *n,
                                struct sl_error *err);

@@ -13,7 +13,7 @@ DEFAULT_PATH = ("/opt/agent-sandbox/python-runtime/bin:/envs/uv-tools/bin:/envs/
 # The reference's seven fields plus ours, additive: termination_reason
 # (null, "TIMED_OUT" or "OOM_KILLED").
 EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated",
-               "termination_reason"}
+               "termination_reason", "session_idle_stop_at", "idle_release_at"}
 
 
 def sandbox_processes(uid, needle):

@@ -27,7 +27,15 @@ GRACE = 0.5  # SANDBOX_TERMINATE_GRACE_SECONDS of every daemon started here
 MAX_OUTPUT = 1000  # SANDBOX_MAX_OUTPUT_BYTES of the module daemon
 MAX_PARALLEL = 2  # SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX of the module daemon
 EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated",
-               "termination_reason"}
+               "termination_reason", "session_idle_stop_at", "idle_release_at"}
+# Ours, additive, on every exec answer: when the session stops / the route is
+# released if nothing more happens (checked in test_reclamation.py).
+IDLE_FIELDS = {"session_idle_stop_at", "idle_release_at"}
+
+
+def spec_fields(body):
+    return {k: v for k, v in body.items() if k not in IDLE_FIELDS}
+
 
 
 # -- helpers -------------------------------------------------------------------
@@ -132,7 +140,7 @@ def start_bg(sb, argv, exec_id=None, **kw):
     r = sb.exec(argv, exec_id=exec_id, background=True, **kw)
     elapsed = time.monotonic() - t0
     assert r.status == 200, r
-    assert r.body == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
+    assert spec_fields(r.body) == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
                       "stderr": "", "duration_ms": None, "truncated": False,
                       "termination_reason": None}, f"background stub: {r.body!r}"
     assert elapsed < 2.0, f"a background request must answer at once, took {elapsed:.2f} s"
@@ -193,13 +201,13 @@ def test_background_stub_then_poll_until_final(sb):
     exec_id = start_bg(sb, ["sh", "-c", "echo out; echo err >&2; sleep 1.5; echo late; exit 4"])
     r = poll(sb, exec_id)
     assert r.status == 200, r
-    assert r.body == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
+    assert spec_fields(r.body) == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
                       "stderr": "", "duration_ms": None, "truncated": False,
                       "termination_reason": None}, f"poll while running: {r.body!r}"
     # The route is RUNNING while the background command runs (§2.1).
     assert sb.route().body["status"] == "RUNNING"
     b = wait_done(sb, exec_id)
-    assert b == {"exec_id": exec_id, "status": "FAILED", "exit_code": 4, "stdout": "out\nlate\n",
+    assert spec_fields(b) == {"exec_id": exec_id, "status": "FAILED", "exit_code": 4, "stdout": "out\nlate\n",
                  "stderr": "err\n", "duration_ms": None, "truncated": False,
                  "termination_reason": None}, b
     # ... and READY once the last command of the generation finished.
@@ -395,7 +403,7 @@ def test_replay_of_a_running_background_exec_does_not_wait(sb):
     b = exec_ok(sb, ["sh", "-c", "echo replayed > /workspace/replayed"], exec_id=exec_id,
                 env={"X": "y"}, exec_scope="other-scope", timeout_seconds=5)
     assert time.monotonic() - t0 < 1.0, "a replay of a running exec must not wait for it"
-    assert b == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
+    assert spec_fields(b) == {"exec_id": exec_id, "status": "RUNNING", "exit_code": None, "stdout": "",
                  "stderr": "", "duration_ms": None, "truncated": False,
                  "termination_reason": None}, b
     # The replay is also not refused by the unscoped run it replays (replay
@@ -406,7 +414,7 @@ def test_replay_of_a_running_background_exec_does_not_wait(sb):
     # Replay of the finished background record, as a background request.
     r = sb.exec(["false"], exec_id=exec_id, background=True)
     assert r.status == 200, r
-    assert r.body == {"exec_id": exec_id, "status": "SUCCEEDED", "exit_code": 0,
+    assert spec_fields(r.body) == {"exec_id": exec_id, "status": "SUCCEEDED", "exit_code": 0,
                       "stdout": "original\n", "stderr": "", "duration_ms": None,
                       "truncated": False, "termination_reason": None}, r
 

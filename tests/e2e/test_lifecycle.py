@@ -31,7 +31,7 @@ AUDIT_FIELDS = {"sandbox_id", "workspace_scope_id", "generation", "status", "fir
 # The reference's seven fields plus ours, additive: termination_reason
 # (null, "TIMED_OUT" or "OOM_KILLED").
 EXEC_FIELDS = {"exec_id", "status", "exit_code", "stdout", "stderr", "duration_ms", "truncated",
-               "termination_reason"}
+               "termination_reason", "session_idle_stop_at", "idle_release_at"}
 ALL_BYTES = bytes(range(256))
 
 
