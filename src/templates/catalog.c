@@ -262,7 +262,7 @@ int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
     for (struct dirent *e; (e = readdir(top));) {
         if (e->d_name[0] == '.' || e->d_type != DT_DIR)
             continue; /* the private directories start with a dot */
-        char name_dir[PATH_MAX];
+        char name_dir[PATH_MAX - 300];
         snprintf(name_dir, sizeof(name_dir), "%s/%s", root, e->d_name);
         DIR *d = opendir(name_dir);
         for (struct dirent *r; d && (r = readdir(d));) {
