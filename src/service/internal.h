@@ -36,6 +36,7 @@ struct svc_reaper {
     int64_t last_released, released_total, failures_total;
     int64_t last_already_gone, already_gone_total;
     int64_t orphan_workspaces_deleted_total;
+    int64_t last_duration_us;
 };
 
 struct sl_service {

@@ -189,8 +189,10 @@ void svc_reaper_cycle(struct sl_service *svc)
     int64_t released = 0, gone = 0;
     reap_routes(svc, now, &released, &gone);
     reap_orphan_dirs(svc, now);
+    int64_t took_us = sl_now_us() - now;
     pthread_mutex_lock(&svc->loop_lock);
     struct svc_reaper *rs = &svc->reaper;
+    rs->last_duration_us = took_us;
     rs->last_run_at = now;
     rs->last_released = released;
     rs->released_total += released;
@@ -211,8 +213,11 @@ json_t *svc_reaper_status(struct sl_service *svc)
                           (json_int_t)rs.released_total, "failures_total",
                           (json_int_t)rs.failures_total, "already_gone_total",
                           (json_int_t)rs.already_gone_total);
-    if (rs.ran)
+    if (rs.ran) {
         json_object_set_new(o, "last_already_gone", json_integer(rs.last_already_gone));
+        /* Ours, additive: how long the last pass took (bench/reaper_bench). */
+        json_object_set_new(o, "last_duration_ms", json_real((double)rs.last_duration_us / 1000));
+    }
     if (rs.orphans_seen)
         json_object_set_new(o, "orphan_workspaces_deleted_total",
                             json_integer(rs.orphan_workspaces_deleted_total));
