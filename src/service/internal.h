@@ -31,11 +31,12 @@ struct sl_pool;
 
 /* The reaper's counters (FLEET.md §6.2), guarded by loop_lock. */
 struct svc_reaper {
-    bool ran, orphans_seen;
+    bool ran, orphans_seen, dormant_seen;
     int64_t last_run_at;
     int64_t last_released, released_total, failures_total;
     int64_t last_already_gone, already_gone_total;
     int64_t orphan_workspaces_deleted_total;
+    int64_t dormant_evicted_total;
     int64_t last_duration_us;
 };
 
@@ -130,6 +131,19 @@ void svc_template_cache_budget(struct sl_service *svc);
  * reaper, a system actor (NULL = the client's actor for the scope). */
 json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,
                     const char *system_actor, struct sl_error *err);
+/* service/snapshots.c (FLEET.md §7.2, §8.3). wanted: an object store,
+ * local storage, policy not "never". write: archive workspace/home/envs
+ * and publish the manifest (SANDBOX_SNAPSHOT_FAILED on refusal). exists:
+ * 1/0/-1. delete: manifest then parts, best effort. restore: rebuild the
+ * sandbox directory from the manifest (SANDBOX_WORKSPACE_LOST when none). */
+bool svc_snapshot_wanted(const struct sl_service *svc);
+int svc_snapshot_write(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                       struct sl_error *err);
+int svc_snapshot_exists(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+void svc_snapshot_delete(struct sl_service *svc, const char *sandbox_id);
+int svc_snapshot_restore(struct sl_service *svc, const char *sandbox_id, uid_t uid,
+                         struct sl_error *err);
+
 /* service/reaper.c: one reclamation pass of the maintenance cycle, and the
  * reaper_status document (FLEET.md §6.2). */
 void svc_reaper_cycle(struct sl_service *svc);

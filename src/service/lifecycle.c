@@ -634,6 +634,8 @@ json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *
         sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
         goto out;
     }
+    /* A released sandbox's snapshot has nothing left to restore. */
+    svc_snapshot_delete(svc, sandbox_id);
     answer = json_pack("{s:s}", "status", "RELEASED");
 out:
     sl_route_clear(&r);
@@ -674,7 +676,7 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
                           struct sl_error *err)
 {
     *snapshot = false;
-    if (strcmp(svc->cfg->suspend_snapshot, "always") == 0)
+    if (strcmp(svc->cfg->suspend_snapshot, "always") == 0 && !svc->blobstore)
         return sl_error_set(err, "SANDBOX_SNAPSHOT_UNAVAILABLE", 0,
                             "SANDBOX_SNAPSHOT_UNAVAILABLE");
     if (svc_execs_running(svc, r->sandbox_id) > 0)
@@ -689,9 +691,18 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
         if (lockfd < 0)
             return -1;
     }
+    /* Every process goes first, so the snapshot sees files at rest. */
     svc_live_remove(svc, r->sandbox_id);
     if (sl_rt_kill_sandbox(svc->runtime, (uid_t)r->sandbox_uid, err) < 0)
         return sl_error_wrap(err, "suspend %s", r->sandbox_id);
+    if (rootfd >= 0 && svc_snapshot_wanted(svc)) {
+        if (svc_snapshot_write(svc, r->sandbox_id, r->generation, err) < 0) {
+            /* Refused: the sandbox stays awake (its processes are gone). */
+            (void)svc_live_register(svc, r->sandbox_id, r->generation, (uid_t)r->sandbox_uid);
+            return -1;
+        }
+        *snapshot = true;
+    }
     return 0;
 }
 
@@ -766,13 +777,16 @@ static json_t *worker_resume(struct sl_service *svc, struct sl_route *r,
                              const struct sl_worker_entry *owner, struct sl_error *err)
 {
     struct sl_error ignored = {0};
+    const char *source = "reused";
     int rootfd = ws_sandbox_open(svc->cfg->workspace_root, r->sandbox_id, &ignored);
-    if (rootfd < 0) {
+    if (rootfd >= 0) {
+        close(rootfd);
+    } else if (svc_snapshot_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, err) == 0) {
+        source = "restored"; /* the local copy was gone: rebuilt from the snapshot */
+    } else {
         (void)route_move(svc, r, "ASSIGNED", "SUSPENDED", false, &ignored);
-        sl_error_set(err, "SANDBOX_WORKSPACE_LOST", 0, "SANDBOX_WORKSPACE_LOST");
         return NULL;
     }
-    close(rootfd);
     if (!r->ready_at)
         r->ready_at = sl_now_us();
     int rc = route_move(svc, r, "ASSIGNED", "READY", true, err);
@@ -785,9 +799,11 @@ static json_t *worker_resume(struct sl_service *svc, struct sl_route *r,
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
+    /* §3.16 step 7: awake again, the snapshot has served. */
+    svc_snapshot_delete(svc, r->sandbox_id);
     json_t *view = resolve_view(r, owner);
     json_object_set_new(view, "resumed", json_true());
-    json_object_set_new(view, "workspace_source", json_string("reused"));
+    json_object_set_new(view, "workspace_source", json_string(source));
     return view;
 }
 
@@ -829,10 +845,28 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
             } else if (live == 1 && !usable) {
                 sl_error_set(err, SL_E_NO_WORKER, 0, "NO_SANDBOX_WORKER_AVAILABLE");
             } else if (live != 1) {
-                /* Local storage and no snapshots in this build: the directory
-                 * lives only on the original worker. */
-                sl_error_set(err, "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE", 0,
-                             "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE");
+                /* The original worker is gone. Local storage: only a snapshot
+                 * can bring the sandbox back, on a placed worker (§3.16 4c). */
+                int snap = svc_snapshot_exists(svc, sandbox_id, err);
+                struct sl_worker_entry target;
+                if (snap < 0) {
+                    rc = -1;
+                } else if (snap == 0) {
+                    sl_error_set(err, "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE", 0,
+                                 "SANDBOX_DORMANT_WORKSPACE_UNAVAILABLE");
+                } else if (place(svc, &target, err) < 0) {
+                    rc = -1;
+                } else if (strcmp(target.worker_id, svc->worker_id) != 0) {
+                    sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+                } else if ((rc = route_reassign(svc, &r, &target, "WORKER_REASSIGNED",
+                                                r.workspace_scope_id, err)) == 1) {
+                    struct sl_route now_r = {0};
+                    int again = svc->store->ops->route_get(svc->store, sandbox_id, &now_r, err);
+                    if (again == 1 && status_is(&now_r, "ASSIGNED"))
+                        answer = worker_resume(svc, &now_r, &target, err);
+                    rc = answer ? 1 : again < 0 ? -1 : 0;
+                    sl_route_clear(&now_r);
+                }
             } else if (strcmp(owner.worker_id, svc->worker_id) != 0) {
                 sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
             } else {

@@ -183,11 +183,69 @@ static void reap_orphan_dirs(struct sl_service *svc, int64_t now)
     sl_strlist_free(&orphaned);
 }
 
+/* FLEET.md §7.3 (b): under disk pressure, drop the local copies of this
+ * worker's suspended sandboxes that have a snapshot, oldest suspension
+ * first, until the disk is available again. They stay SUSPENDED; resume
+ * restores them. One without a snapshot is never dropped. */
+static void relieve_disk_pressure(struct sl_service *svc)
+{
+    const struct sl_config *cfg = svc->cfg;
+    struct sl_disk_status disk;
+    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
+                   &disk);
+    if (disk.available || !svc->blobstore || cfg->shared_root)
+        return;
+    struct sl_route_filter f = {.status = "SUSPENDED",
+                                .worker_id = svc->worker_id,
+                                .limit = cfg->orphan_reaper_batch_size > 0
+                                             ? cfg->orphan_reaper_batch_size
+                                             : 100,
+                                .oldest_first = true};
+    struct sl_route *v = NULL;
+    size_t n = 0;
+    int64_t total = 0;
+    struct sl_error err = {0};
+    if (svc->store->ops->route_list(svc->store, &f, &v, &n, &total, &err) < 0) {
+        svc->reaper.failures_total++;
+        sl_warn("disk pressure: cannot list suspended sandboxes: %s", sl_error_text(&err));
+        return;
+    }
+    for (size_t i = 0; i < n && !disk.available; i++) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/%s", cfg->workspace_root, v[i].sandbox_id);
+        struct stat st;
+        if (stat(dir, &st) < 0)
+            continue; /* no local copy left */
+        struct sl_error e = {0};
+        int snap = svc_snapshot_exists(svc, v[i].sandbox_id, &e);
+        if (snap <= 0) {
+            if (snap < 0)
+                svc->reaper.failures_total++;
+            continue;
+        }
+        if (ws_sandbox_trash(cfg->workspace_root, v[i].sandbox_id, &e) < 0) {
+            svc->reaper.failures_total++;
+            sl_warn("disk pressure: cannot drop the local copy of %s: %s", v[i].sandbox_id,
+                    sl_error_text(&e));
+            continue;
+        }
+        (void)ws_trash_purge(cfg->workspace_root);
+        svc->reaper.dormant_evicted_total++;
+        svc->reaper.dormant_seen = true;
+        sl_info("disk pressure: dropped the local copy of suspended %s (it has a snapshot)",
+                v[i].sandbox_id);
+        ws_disk_status(cfg->workspace_root, cfg->min_free_bytes,
+                       cfg->disk_high_watermark_percent, &disk);
+    }
+    sl_routes_free(v, n);
+}
+
 void svc_reaper_cycle(struct sl_service *svc)
 {
     int64_t now = sl_now_us();
     int64_t released = 0, gone = 0;
     reap_routes(svc, now, &released, &gone);
+    relieve_disk_pressure(svc);
     reap_orphan_dirs(svc, now);
     int64_t took_us = sl_now_us() - now;
     pthread_mutex_lock(&svc->loop_lock);
@@ -218,6 +276,8 @@ json_t *svc_reaper_status(struct sl_service *svc)
         /* Ours, additive: how long the last pass took (bench/reaper_bench). */
         json_object_set_new(o, "last_duration_ms", json_real((double)rs.last_duration_us / 1000));
     }
+    if (rs.dormant_seen)
+        json_object_set_new(o, "dormant_evicted_total", json_integer(rs.dormant_evicted_total));
     if (rs.orphans_seen)
         json_object_set_new(o, "orphan_workspaces_deleted_total",
                             json_integer(rs.orphan_workspaces_deleted_total));

@@ -84,6 +84,7 @@ enum stmt_id {
     ST_EXEC_COUNT,
     ST_ROUTE_UIDS_OF_WORKER,
     ST_ROUTE_LIST,
+    ST_ROUTE_LIST_ASC,
     ST_ROUTE_COUNT,
     ST_ROUTE_HISTOGRAM,
     ST_WORKER_LIST,
@@ -143,6 +144,11 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " AND (?3 IS NULL OR worker_id = ?3)"
                       " AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '\\')"
                       " ORDER BY last_active_at DESC, sandbox_id LIMIT ?5 OFFSET ?6",
+    [ST_ROUTE_LIST_ASC] = "SELECT " ROUTE_COLUMNS " FROM " ROUTE_TABLE
+                          " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"
+                          " AND (?3 IS NULL OR worker_id = ?3)"
+                          " AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '\\')"
+                          " ORDER BY last_active_at ASC, sandbox_id LIMIT ?5 OFFSET ?6",
     [ST_ROUTE_COUNT] = "SELECT COUNT(*) FROM " ROUTE_TABLE
                        " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"
                        " AND (?3 IS NULL OR worker_id = ?3)"
@@ -1063,7 +1069,8 @@ static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f
             return -1;
         *total = sqlite3_column_int64(stmt, 0);
     }
-    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_LIST, err);
+    _cleanup_reset_ sqlite3_stmt *stmt =
+        stmt_get(st, f->oldest_first ? ST_ROUTE_LIST_ASC : ST_ROUTE_LIST, err);
     if (!stmt)
         return -1;
     struct binder b = {stmt, SQLITE_OK};

@@ -85,6 +85,7 @@ void sl_exec_records_free(struct sl_exec_record *v, size_t n);
 struct sl_route_filter {
     const char *status, *workspace_scope_id, *worker_id, *search;
     int64_t limit, offset;
+    bool oldest_first; /* last_active_at ascending (the reaper), else descending */
 };
 void sl_routes_free(struct sl_route *v, size_t n);
 
