@@ -55,6 +55,7 @@ bench: build
 	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get install -y -qq --no-install-recommends bubblewrap >/dev/null; } || true
 	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500 1000
 	bench/api_bench.sh $(BUILD)
+	bench/reaper_bench.sh $(BUILD)
 
 # Unit tests alone under ASan + UBSan (make test runs every tier there too).
 sanitize: deps $(ASAN_BUILD)/build.ninja

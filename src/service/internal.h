@@ -38,6 +38,7 @@ struct svc_reaper {
     int64_t orphan_workspaces_deleted_total;
     int64_t dormant_evicted_total;
     int64_t last_duration_us;
+    int64_t last_orphan_scan_us; /* maintenance thread only */
 };
 
 struct sl_service {

@@ -117,6 +117,16 @@ static void reap_orphan_dirs(struct sl_service *svc, int64_t now)
     const struct sl_config *cfg = svc->cfg;
     if (cfg->orphan_dormant_dir_ttl_seconds <= 0 || cfg->shared_root)
         return;
+    /* The scan reads every directory's route: with thousands of dormant
+     * sandboxes that is the costly step of a pass (bench/reaper_bench).
+     * Its clock counts in TTLs, so it runs at most every quarter TTL (and
+     * at most every 5 minutes apart), not every maintenance interval. */
+    int64_t every = cfg->orphan_dormant_dir_ttl_seconds * 1000000 / 4;
+    if (every > 300 * 1000000LL)
+        every = 300 * 1000000LL;
+    if (svc->reaper.last_orphan_scan_us && now - svc->reaper.last_orphan_scan_us < every)
+        return;
+    svc->reaper.last_orphan_scan_us = now;
     char markers[PATH_MAX];
     snprintf(markers, sizeof(markers), "%s/.orphan-workspaces", cfg->template_root);
     if (mkdir(cfg->template_root, 0711) < 0 && errno != EEXIST)

@@ -1,5 +1,6 @@
 /* Service lifetime, worker identity, capabilities, health, heartbeat and the
  * live-sandbox table. */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,6 +418,63 @@ static void *service_loop(void *arg)
     return NULL;
 }
 
+static int cmp_uid(const void *a, const void *b)
+{
+    uid_t x = *(const uid_t *)a, y = *(const uid_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The real uids in [lo, hi] of the processes alive now (sorted, malloc'd).
+ * On any failure to read /proc, every uid counts (returns SIZE_MAX and
+ * *out NULL): the caller then sweeps them all. */
+static size_t uids_with_processes(int64_t lo, int64_t hi, uid_t **out)
+{
+    *out = NULL;
+    DIR *d = opendir("/proc");
+    if (!d)
+        return SIZE_MAX;
+    size_t n = 0, cap = 0;
+    uid_t *v = NULL;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        char path[300], line[256];
+        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
+        FILE *f = fopen(path, "re");
+        if (!f)
+            continue; /* gone meanwhile */
+        long long uid = -1;
+        while (fgets(line, sizeof(line), f))
+            if (sscanf(line, "Uid: %lld", &uid) == 1)
+                break;
+        fclose(f);
+        if (uid < lo || uid > hi)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            uid_t *nv = realloc(v, cap * sizeof(*v));
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return SIZE_MAX;
+            }
+            v = nv;
+        }
+        v[n++] = (uid_t)uid;
+    }
+    closedir(d);
+    qsort(v, n, sizeof(*v), cmp_uid);
+    *out = v;
+    return n;
+}
+
+static bool uid_listed(const uid_t *v, size_t n, uid_t uid)
+{
+    if (n == SIZE_MAX)
+        return true; /* unknown: sweep */
+    return v && bsearch(&uid, v, n, sizeof(*v), cmp_uid) != NULL;
+}
+
 int sl_service_start(struct sl_service *svc, struct sl_error *err)
 {
     struct sl_error ignored = {0};
@@ -432,9 +490,14 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
      * its own, so killing by uid reaches exactly them. */
     int64_t *uids = NULL;
     int nuids = svc->store->ops->route_uids_of_worker(svc->store, svc->worker_id, &uids, &ignored);
+    /* Only uids that still have a process: a worker with 10,000 suspended
+     * sandboxes must not fork 10,000 killers at every start. */
+    _cleanup_free_ uid_t *busy = NULL;
+    size_t nbusy = uids_with_processes(svc->cfg->uid_start, svc->cfg->uid_end, &busy);
     for (int i = 0; i < nuids; i++) {
         struct sl_error kill_err = {0};
-        if (uids[i] > 0 && sl_rt_kill_sandbox(svc->runtime, (uid_t)uids[i], &kill_err) < 0)
+        if (uids[i] > 0 && uid_listed(busy, nbusy, (uid_t)uids[i]) &&
+            sl_rt_kill_sandbox(svc->runtime, (uid_t)uids[i], &kill_err) < 0)
             sl_warn("cannot stop processes of sandbox uid %lld: %s", (long long)uids[i],
                     sl_error_text(&kill_err));
     }

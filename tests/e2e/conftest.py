@@ -17,6 +17,7 @@ Fixtures
 Set SANDLOOM_E2E_KEEP=1 to keep state directories (for post-mortem).
 """
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -64,6 +65,11 @@ class Daemon:
             os.chmod(state_dir, 0o711)
         self.state = Path(state_dir)
         self.port = port or free_port()
+        # 100 blocks of 1000 uids from 100000 (above every system range and
+        # the reference's default): a restart on the same state keeps its
+        # block, since its routes hold those uids.
+        self.uid_start = 100000 + 1000 * (int(hashlib.sha256(str(self.state).encode())
+                                                  .hexdigest(), 16) % 100)
         self.token = secrets.token_urlsafe(32) if token is _DEFAULT else token
         self.sandbox_root = self.state / "sandboxes"
         self.db_path = self.state / "sandloom.db"
@@ -75,8 +81,11 @@ class Daemon:
             "SANDBOX_LOCAL_ROOT": str(self.sandbox_root),
             "SANDBOX_DATABASE_URL": f"sqlite:///{self.db_path}",
             "SANDBOX_STARTUP_LOG_PATH": str(self.state / "startup.log"),
-            "SANDBOX_UID_START": "30000",
-            "SANDBOX_UID_END": "30999",
+            # A uid range of this daemon's own: daemons running at the same
+            # time (a module's daemon beside a test's, or another test run)
+            # never share a sandbox uid, its processes or its cgroup.
+            "SANDBOX_UID_START": str(self.uid_start),
+            "SANDBOX_UID_END": str(self.uid_start + 999),
         }
         # The escape suite runs once more at basic: SANDLOOM_TEST_LEVEL picks
         # the isolation level of every daemon a test does not configure.

@@ -77,7 +77,8 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     assert first["sandbox_id"] == sb.id
     assert first["status"] == "ASSIGNED"
     assert first["generation"] == 1
-    assert isinstance(first["sandbox_uid"], int) and 30000 <= first["sandbox_uid"] <= 30999, first
+    lo = int(daemon.env["SANDBOX_UID_START"])
+    assert isinstance(first["sandbox_uid"], int) and lo <= first["sandbox_uid"] <= lo + 999, first
     assert first["storage_mode"] == "local"
     assert first["worker_id"] == daemon.worker_id
     assert first["worker_endpoint"] == f"http://127.0.0.1:{daemon.port}"
