@@ -41,10 +41,12 @@ N_BIG=${REAPER_BENCH_N:-10000}
 N_SMALL=${REAPER_BENCH_BASELINE:-100}
 BATCH=100    # SANDBOX_ORPHAN_REAPER_BATCH_SIZE, the shipped default
 INTERVAL=1   # SANDBOX_MAINTENANCE_INTERVAL_SECONDS
-# A uid range of its own (daemons started by other tests share this cgroup
-# and name sandbox cgroups by uid); the routes take uids from the start.
-UID_START=40000
-UID_END=59999
+# A uid range of its own, outside the default range (20000-59999) of any
+# daemon running beside it and the test daemons' blocks (100000-199999):
+# sandbox cgroups are named by uid, and the startup sweep kills by uid.
+# The routes take uids from the start.
+UID_START=300000
+UID_END=319999
 TEMPLATE_ID=reaper-bench-template
 
 for f in "$DAEMON" "$BUILD/sandloom-init"; do
