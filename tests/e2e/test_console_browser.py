@@ -156,6 +156,12 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
                  "sh", marker], exec_id=exec_id)
     assert r.status == 200 and r.body["exit_code"] == 3, r
     assert marker in r.body["stdout"], r
+    template = f"tpl-{tag}"
+    r = other.exec(["sh", "-c", f"mkdir -p /envs/{template} && echo t > /envs/{template}/f"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = c.post(f"{other.path}/templates", json={"generation": other.generation, "name": template,
+                                                "source_path": f"/envs/{template}"})
+    assert r.status == 200, r
     busy_exec = f"x-busy-{tag}"
     r = busy.exec(["sleep", "120"], exec_id=busy_exec, background=True, timeout_seconds=150)
     assert r.status == 200 and r.body["status"] == "RUNNING", r
@@ -163,7 +169,7 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     try:
         drive(node, d, "fleet", shots, SANDBOX_ID=sb.id, SCOPE=sb.scope,
               OTHER_SANDBOX_ID=other.id, OTHER_SCOPE=other.scope, EXEC_ID=exec_id, EXIT_CODE=3,
-              MARKER=marker, BUSY_SANDBOX_ID=busy.id)
+              MARKER=marker, BUSY_SANDBOX_ID=busy.id, TEMPLATE=template)
     finally:
         c.post(f"{busy.path}/exec/{busy_exec}/cancel?generation={busy.generation}")
 
@@ -172,5 +178,7 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     assert route.body["last_release_reason"] == "CLIENT_RELEASE", route
     assert other.route().body["status"] == "READY", "only the chosen sandbox is released"
     assert busy.route().body["status"] != "RELEASED", "the refused release released nothing"
+    listed = c.get("/api/v1/templates").body["templates"]
+    assert template not in [t["name"] for t in listed], "the console's unpublish did not happen"
     for name in ("exec-output.png", "release-refused.png", "fleet.png"):
         assert (shots / name).stat().st_size > 0, name

@@ -101,7 +101,7 @@ async function emptyFleet(page) {
     await signIn(page, TOKEN);
     await waitText(page, '#sbx-empty', 'No sandboxes yet');
     await waitText(page, '#ex-empty', 'No executions yet');
-    await waitText(page, '#templates-state', 'not available in this build');
+    await waitText(page, '#templates-state', 'No templates published yet');
     await waitText(page, '#workers-body', 'live');
     await waitText(page, '#fleet-cards', 'workers live');
     await waitText(page, '#reclamation-list', 'Idle sandbox released after');
@@ -137,7 +137,7 @@ async function fleet(page) {
   const sid = need('SANDBOX_ID'), scope = need('SCOPE');
   const other = need('OTHER_SANDBOX_ID'), otherScope = need('OTHER_SCOPE');
   const eid = need('EXEC_ID'), exitCode = need('EXIT_CODE'), marker = need('MARKER');
-  const busy = need('BUSY_SANDBOX_ID');
+  const busy = need('BUSY_SANDBOX_ID'), template = need('TEMPLATE');
   const row = id => `#sbx-body tr[data-sandbox-id="${id}"]`;
 
   await step('sign in and see both sandboxes', async () => {
@@ -145,6 +145,13 @@ async function fleet(page) {
     await waitText(page, row(sid), scope);
     await waitText(page, row(sid), 'READY');
     await waitText(page, row(other), otherScope);
+  });
+  await step('see the published template and unpublish it', async () => {
+    await waitText(page, '#templates-list', template);
+    await waitText(page, '#templates-state', '1 template(s) in the catalog');
+    page.once('dialog', d => d.accept());
+    await page.locator(`#templates-list li[data-template="${template}"] button`).click();
+    await waitText(page, '#templates-state', 'No templates published yet');
   });
   await step('filter sandboxes by scope', async () => {
     await page.locator('#sbx-scope').fill(otherScope);
