@@ -14,6 +14,7 @@
 #include "api/mcp.h"
 #include "api/router.h"
 #include "common/cleanup.h"
+#include "common/json.h"
 #include "common/log.h"
 #include "common/pool.h"
 #include "common/util.h"
@@ -111,28 +112,6 @@ static bool authorized(struct sl_http *http, struct MHD_Connection *conn)
     return sl_consttime_equal(value, len, http->expected_auth, http->expected_len);
 }
 
-/* Count JSON objects and arrays outside strings, stopping past `max`. A
- * 20 MiB body of "[{},{},...]" would otherwise become gigabytes of jansson
- * nodes before validation could refuse it. */
-static bool json_too_many_containers(const char *data, size_t len, size_t max)
-{
-    size_t count = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if ((c == '{' || c == '[') && ++count > max) {
-            return true;
-        }
-    }
-    return false;
-}
 
 static size_t route_max_body(const struct sl_route_def *route)
 {
@@ -219,7 +198,7 @@ static void run_handler(void *arg)
     _cleanup_json_ json_t *body = NULL;
     if (st->route->body) {
         if (st->body.len > 0 &&
-            !json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
+            !sl_json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
             body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
         sl_buf_free(&st->body); /* the request's bytes are not needed past parsing */
         if (!json_is_object(body)) {

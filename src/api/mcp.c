@@ -179,26 +179,6 @@ static bool is_legacy_version(const char *v)
     return v && (strcmp(v, LEGACY_NEWEST) == 0 || strcmp(v, LEGACY_OLDER) == 0);
 }
 
-/* Count JSON objects and arrays outside strings, stopping past `max`. */
-static bool too_many_containers(const char *data, size_t len, size_t max)
-{
-    size_t count = 0;
-    bool in_string = false;
-    for (size_t i = 0; i < len; i++) {
-        char c = data[i];
-        if (in_string) {
-            if (c == '\\')
-                i++;
-            else if (c == '"')
-                in_string = false;
-        } else if (c == '"') {
-            in_string = true;
-        } else if ((c == '{' || c == '[') && ++count > max) {
-            return true;
-        }
-    }
-    return false;
-}
 
 /* ---- answers ------------------------------------------------------------------ */
 
@@ -515,7 +495,7 @@ void sl_mcp_handle(struct sl_request *req, struct sl_response *resp)
     /* The message. */
     const enum era err_era = modern_header ? ERA_MODERN : ERA_LEGACY;
     if (!req->raw_body || req->raw_len == 0 ||
-        too_many_containers(req->raw_body, req->raw_len, MAX_JSON_CONTAINERS)) {
+        sl_json_too_many_containers(req->raw_body, req->raw_len, MAX_JSON_CONTAINERS)) {
         respond_error(resp, err_era, NULL, req->raw_len ? RPC_INVALID_REQUEST : RPC_PARSE_ERROR,
                       req->raw_len ? "Invalid Request: too many objects and arrays"
                                    : "Parse error");

@@ -108,3 +108,23 @@ const char *sl_json_get_str(const json_t *obj, const char *key)
     json_t *v = json_object_get(obj, key);
     return json_is_string(v) ? json_string_value(v) : NULL;
 }
+
+bool sl_json_too_many_containers(const char *data, size_t len, size_t max)
+{
+    size_t count = 0;
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = data[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if ((c == '{' || c == '[') && ++count > max) {
+            return true;
+        }
+    }
+    return false;
+}

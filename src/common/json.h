@@ -3,6 +3,7 @@
 #define SL_COMMON_JSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +21,12 @@ char *sl_json_dumps(const json_t *j);
  * Python's bytes.decode("utf-8", "replace") does. NUL bytes are kept.
  * Returns a malloc'd NUL-terminated string and its length in *out_len. */
 char *sl_utf8_repair(const char *data, size_t len, size_t *out_len);
+
+/* Whether a JSON text holds more than `max` objects and arrays (counted
+ * outside strings, stopping past max). Checked before parsing: a 20 MiB
+ * body of "[{},{},...]" would otherwise become gigabytes of jansson nodes
+ * before validation could refuse it. */
+bool sl_json_too_many_containers(const char *data, size_t len, size_t max);
 
 /* Get a string member (NULL if absent or not a string). */
 const char *sl_json_get_str(const json_t *obj, const char *key);

@@ -1047,6 +1047,31 @@ static void route_filter_bind(struct binder *b, const struct sl_route_filter *f,
     bind_text(b, 4, pattern);
 }
 
+/* Up to `limit` routes from a bound statement into a malloc'd array. */
+static int read_routes(struct sqlite_store *st, sqlite3_stmt *stmt, int64_t limit,
+                       struct sl_route **out, size_t *n, struct sl_error *err)
+{
+    struct sl_route *v = calloc((size_t)(limit > 0 ? limit : 1), sizeof(*v));
+    if (!v)
+        return oom(err);
+    size_t count = 0;
+    int r = 0;
+    while (count < (size_t)limit && (r = step(st, stmt, err)) == 1) {
+        if (route_read(stmt, &v[count], err) < 0) {
+            sl_routes_free(v, count);
+            return -1;
+        }
+        count++;
+    }
+    if (r < 0) {
+        sl_routes_free(v, count);
+        return -1;
+    }
+    *out = v;
+    *n = count;
+    return 0;
+}
+
 static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f,
                              struct sl_route **out, size_t *n, int64_t *total,
                              struct sl_error *err)
@@ -1079,25 +1104,7 @@ static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f
     bind_int64(&b, 6, f->offset);
     if (bind_done(st, &b, err) < 0)
         return -1;
-    struct sl_route *v = calloc((size_t)(f->limit > 0 ? f->limit : 1), sizeof(*v));
-    if (!v)
-        return oom(err);
-    size_t count = 0;
-    int r = 0;
-    while (count < (size_t)f->limit && (r = step(st, stmt, err)) == 1) {
-        if (route_read(stmt, &v[count], err) < 0) {
-            sl_routes_free(v, count);
-            return -1;
-        }
-        count++;
-    }
-    if (r < 0) {
-        sl_routes_free(v, count);
-        return -1;
-    }
-    *out = v;
-    *n = count;
-    return 0;
+    return read_routes(st, stmt, f->limit, out, n, err);
 }
 
 static int sqlite_route_reapable(struct sl_store *s, const struct sl_reap_query *q,
@@ -1122,25 +1129,7 @@ static int sqlite_route_reapable(struct sl_store *s, const struct sl_reap_query 
     bind_int64(&b, 6, q->limit);
     if (bind_done(st, &b, err) < 0)
         return -1;
-    struct sl_route *v = calloc((size_t)(q->limit > 0 ? q->limit : 1), sizeof(*v));
-    if (!v)
-        return oom(err);
-    size_t count = 0;
-    int r = 0;
-    while (count < (size_t)q->limit && (r = step(st, stmt, err)) == 1) {
-        if (route_read(stmt, &v[count], err) < 0) {
-            sl_routes_free(v, count);
-            return -1;
-        }
-        count++;
-    }
-    if (r < 0) {
-        sl_routes_free(v, count);
-        return -1;
-    }
-    *out = v;
-    *n = count;
-    return 0;
+    return read_routes(st, stmt, q->limit, out, n, err);
 }
 
 static int sqlite_route_status_counts(struct sl_store *s, struct sl_status_count **out,
