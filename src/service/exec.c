@@ -484,26 +484,10 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     return 0;
 }
 
-/* Poll and cancel work while the route is live at that generation on this
- * worker (API.md §3.10, §3.11). */
-static int exec_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                      struct sl_error *err)
-{
-    struct sl_route route = {0};
-    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
-        return -1;
-    int rc = svc_require_local_owner(svc, &route, err);
-    sl_route_clear(&route);
-    if (rc < 0)
-        return -1;
-    uid_t uid;
-    return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
-}
-
 json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                         int64_t generation, struct sl_error *err)
 {
-    if (exec_fence(svc, sandbox_id, generation, err) < 0)
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
         return NULL;
     struct sl_exec_record rec = {0};
     int found = svc->store->ops->exec_get(svc->store, sandbox_id, exec_id, &rec, err);
@@ -522,7 +506,7 @@ json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const ch
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err)
 {
-    if (exec_fence(svc, sandbox_id, generation, err) < 0)
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
         return NULL;
     bool cancelled = false;
     pthread_mutex_lock(&svc->execs_lock);

@@ -90,6 +90,10 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
  * forwarded; this build answers SANDBOX_WORKER_UNREACHABLE. */
 int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
                             struct sl_error *err);
+/* All three for calls on a sandbox's owner (poll, cancel, templates): the
+ * route fence, this process as the owner, live here at that generation. */
+int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    struct sl_error *err);
 /* Runtime lookup: live here at that generation, not being destroyed. */
 int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                     uid_t *uid, struct sl_error *err);

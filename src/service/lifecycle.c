@@ -75,6 +75,20 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
     return 0;
 }
 
+int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    struct sl_error *err)
+{
+    struct sl_route route = {0};
+    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
+        return -1;
+    int rc = svc_require_local_owner(svc, &route, err);
+    sl_route_clear(&route);
+    if (rc < 0)
+        return -1;
+    uid_t uid;
+    return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
+}
+
 int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
                             struct sl_error *err)
 {

@@ -149,21 +149,6 @@ static struct sl_tpl_limits limits_of(const struct sl_config *cfg)
     };
 }
 
-/* The owner's fence for template calls: route live at the generation, here. */
-static int template_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                          struct sl_error *err)
-{
-    struct sl_route route = {0};
-    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
-        return -1;
-    int rc = svc_require_local_owner(svc, &route, err);
-    sl_route_clear(&route);
-    if (rc < 0)
-        return -1;
-    uid_t uid;
-    return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
-}
-
 /* /envs[/...] or /workspace[/...] -> the path below the sandbox root. */
 static int source_relpath(const char *source, char *out, size_t size, struct sl_error *err)
 {
@@ -209,7 +194,7 @@ json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
                                 struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
-    if (sl_tpl_name_check(name, err) < 0 || template_fence(svc, sandbox_id, generation, err) < 0)
+    if (sl_tpl_name_check(name, err) < 0 || svc_owner_fence(svc, sandbox_id, generation, err) < 0)
         return NULL;
     char rel[4200];
     if (source_relpath(source_path, rel, sizeof(rel), err) < 0)
@@ -293,7 +278,7 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
                                struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
-    if (template_fence(svc, sandbox_id, generation, err) < 0)
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
         return NULL;
     if (nrefs < 1 || nrefs > MAX_ATTACH) {
         sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "attach between 1 and 16 templates");
