@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -93,6 +95,8 @@ static _Noreturn void apply_child(int pidfd, const struct rt_mount_set *cur,
 {
     int trees[MAX_MOUNTS];
     int step = 0;
+    /* Dies with the daemon (it never blocks, but no child may outlive it). */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     for (size_t i = 0; i < n; i++) {
         trees[i] = -1;
         if (!add[i])

@@ -596,9 +596,9 @@ static void child_credentials(const struct spawn_child *c)
      * run ends. A session outlives the thread that started it: its init
      * watches its control socket instead, which closes when the daemon dies
      * (and init then kills everything in the sandbox). */
-    if (c->req->session_fd < 0)
-        CHILD_TRY(c, STAGE_PDEATHSIG, -1,
-                  prctl(PR_SET_PDEATHSIG, SL_INIT_PARENT_DEATH_SIGNAL, 0, 0, 0));
+    CHILD_TRY(c, STAGE_PDEATHSIG, -1,
+              prctl(PR_SET_PDEATHSIG,
+                    c->req->session_fd < 0 ? SL_INIT_PARENT_DEATH_SIGNAL : SIGKILL, 0, 0, 0));
     struct pollfd p = {.fd = c->sync_fd, .events = POLLIN};
     if (poll(&p, 1, 0) > 0 && (p.revents & POLLHUP))
         _exit(127); /* the parent died before the signal was armed */
@@ -849,6 +849,40 @@ static void child_drop_privileges(const struct spawn_child *c)
     }
 }
 
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* Closes every descriptor but stdio and the ones this child uses. The
+ * daemon's descriptors are all O_CLOEXEC, but that only helps at exec: a
+ * child that blocks before it (waiting for its "go") would otherwise keep
+ * them open for as long as it lives. */
+static void child_close_inherited(const struct spawn_child *c)
+{
+    int keep[8];
+    size_t n = 0;
+    keep[n++] = c->sync_fd;
+    keep[n++] = c->report_fd;
+    keep[n++] = c->null_fd;
+    keep[n++] = c->out_fd;
+    keep[n++] = c->err_fd;
+    keep[n++] = c->lay->init_fd;
+    if (c->req->session_fd >= 0)
+        keep[n++] = c->req->session_fd;
+    qsort(keep, n, sizeof(keep[0]), cmp_int);
+    unsigned next = 3;
+    for (size_t i = 0; i < n; i++) {
+        if (keep[i] < (int)next)
+            continue;
+        if ((unsigned)keep[i] > next)
+            (void)sl_close_range(next, (unsigned)keep[i] - 1, 0);
+        next = (unsigned)keep[i] + 1;
+    }
+    (void)sl_close_range(next, ~0U, 0);
+}
+
 static _Noreturn void child_main(const struct spawn_child *c)
 {
     /* The daemon's handlers must not run here, and an ignored SIGPIPE would
@@ -857,6 +891,13 @@ static _Noreturn void child_main(const struct spawn_child *c)
     for (int sig = 1; sig < NSIG; sig++)
         (void)sigaction(sig, &dfl, NULL);
     umask(022);
+    /* Before anything that can block: a daemon killed now takes this child
+     * with it (SIGKILL cannot be blocked), and the child holds none of its
+     * descriptors (the listening socket, the database, the lock files, the
+     * "go" ends of other children's sockets: with those a dead daemon's
+     * children would keep each other waiting forever). */
+    (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    child_close_inherited(c);
 
     char go;
     ssize_t n;
@@ -897,6 +938,11 @@ static _Noreturn void child_main(const struct spawn_child *c)
     sigset_t none;
     sigemptyset(&none);
     CHILD_TRY(c, STAGE_STDIO, -1, sigprocmask(SIG_SETMASK, &none, NULL));
+    /* A session's init outlives the thread that started it, so it must not
+     * carry that thread's death signal; from exec on it watches its control
+     * socket instead. Until here SIGKILL stood in for it. */
+    if (c->req->session_fd >= 0)
+        CHILD_TRY(c, STAGE_PDEATHSIG, -1, prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0));
     /* Last: from here on only what the policy allows, execveat included. */
     struct sock_fprog prog = {.len = c->lay->seccomp.len, .filter = c->lay->seccomp.filter};
     CHILD_TRY(c, STAGE_SECCOMP, -1, syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog));
@@ -1175,7 +1221,9 @@ int sl_spawn_kill_uid(uid_t uid)
         /* A fork of a multi-threaded daemon: raw syscalls only. kill(-1)
          * reaches every process whose real or saved uid is ours — exactly
          * the sandbox's, in any PID namespace, since the uid is unique to
-         * one sandbox. */
+         * one sandbox. It never blocks; the death signal is for form's sake
+         * until setresuid clears it. */
+        (void)prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
         if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, uid, uid, uid) < 0 ||
             syscall(SYS_setresuid, uid, uid, uid) < 0)
             _exit(1);
