@@ -3,7 +3,8 @@
  * kernel's attack surface for an unprivileged user. Each entry says why.
  * Refusals answer EPERM (ENOSYS for clone3, so libc falls back to clone,
  * whose flags we can inspect); a syscall from another ABI (i386, x32) kills
- * the process, since the filter only understands the native one. */
+ * the process, since the filter only understands the native one. Sockets
+ * are the exception to allow-by-default: only the families listed below. */
 #include "runtime/seccomp.h"
 
 #include <errno.h>
@@ -12,7 +13,10 @@
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/netlink.h>
+#include <stdbool.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -83,6 +87,53 @@ static int export_program(scmp_filter_ctx ctx, struct sl_seccomp_program *out,
     return 0;
 }
 
+/* Address families a sandbox may open: local sockets, IPv4, IPv6, and
+ * NETLINK_ROUTE (getaddrinfo, getifaddrs and `ip` read interfaces through
+ * it). Everything else answers EAFNOSUPPORT, as on a kernel built without
+ * it, so programs take their fallback: AF_VSOCK above all, which ignores
+ * network namespaces and would let even an `isolated` sandbox talk to the
+ * hypervisor; and the rarely used families whose code has carried most of
+ * the kernel's socket exploits (AF_ALG, AF_PACKET, AF_KEY, AF_TIPC, AF_RDS,
+ * AF_XDP, Bluetooth, CAN, ...). The other netlink protocols (netfilter,
+ * audit, uevents, sock_diag, which lists the host's sockets in host mode)
+ * are refused the same way. socketpair only makes sense for AF_UNIX. */
+static const int SOCKET_FAMILIES_ALLOWED[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+
+static bool family_allowed(int family)
+{
+    for (size_t i = 0; i < SL_ARRAY_LEN(SOCKET_FAMILIES_ALLOWED); i++)
+        if (SOCKET_FAMILIES_ALLOWED[i] == family)
+            return true;
+    return false;
+}
+
+static int deny_socket_families(scmp_filter_ctx ctx, struct sl_error *err)
+{
+    const uint32_t refuse = SCMP_ACT_ERRNO(EAFNOSUPPORT);
+    /* Every value above the largest allowed one, compared on all 64 bits of
+     * the register (the kernel reads only the low 32: a value with high bits
+     * set is above the bound and refused too). */
+    int top = 0;
+    for (size_t i = 0; i < SL_ARRAY_LEN(SOCKET_FAMILIES_ALLOWED); i++)
+        top = SOCKET_FAMILIES_ALLOWED[i] > top ? SOCKET_FAMILIES_ALLOWED[i] : top;
+    const struct scmp_arg_cmp above = SCMP_A0(SCMP_CMP_GT, (scmp_datum_t)top);
+    if (deny(ctx, "socket", refuse, 1, &above, err) < 0)
+        return -1;
+    for (int family = 0; family < top; family++) {
+        if (family_allowed(family))
+            continue;
+        const struct scmp_arg_cmp eq = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)family);
+        if (deny(ctx, "socket", refuse, 1, &eq, err) < 0)
+            return -1;
+    }
+    const struct scmp_arg_cmp netlink[] = {SCMP_A0(SCMP_CMP_EQ, AF_NETLINK),
+                                           SCMP_A2(SCMP_CMP_NE, NETLINK_ROUTE)};
+    if (deny(ctx, "socket", SCMP_ACT_ERRNO(EPROTONOSUPPORT), 2, netlink, err) < 0)
+        return -1;
+    const struct scmp_arg_cmp not_unix = SCMP_A0(SCMP_CMP_NE, AF_UNIX);
+    return deny(ctx, "socketpair", refuse, 1, &not_unix, err);
+}
+
 int sl_seccomp_build(struct sl_seccomp_program *out, struct sl_error *err)
 {
     memset(out, 0, sizeof(*out));
@@ -116,6 +167,8 @@ int sl_seccomp_build(struct sl_seccomp_program *out, struct sl_error *err)
     const struct scmp_arg_cmp linux_ioctl = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, TIOCLINUX);
     if (deny(ctx, "ioctl", SCMP_ACT_ERRNO(EPERM), 1, &sti, err) < 0 ||
         deny(ctx, "ioctl", SCMP_ACT_ERRNO(EPERM), 1, &linux_ioctl, err) < 0)
+        goto out;
+    if (deny_socket_families(ctx, err) < 0)
         goto out;
     rc = export_program(ctx, out, err);
 out:

@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 
-#define SL_SECCOMP_POLICY_NAME "sandloom-default-v1"
+#define SL_SECCOMP_POLICY_NAME "sandloom-default-v2"
 
 struct sl_seccomp_program {
     struct sock_filter *filter;

@@ -22,7 +22,7 @@ def test_doctor_reports_a_usable_host(sandloomd_binary):
     assert d["status"] == "ready" and d["can_start"] is True and d["errors"] == []
     caps = d["capabilities"]
     assert caps["selected_level"] in caps["supported_levels"]
-    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v1"
+    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v2"
     assert "host" in caps["network_modes"]
     assert caps["toolchains"]["python"]["status"] == "available", caps["toolchains"]
     assert set(caps["cgroups"]) >= {"version", "memory_quota", "pids_quota", "cpu_quota"}

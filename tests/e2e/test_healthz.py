@@ -120,7 +120,7 @@ def test_database_is_private(daemon, client):
 
 def test_seccomp_is_reported(client):
     caps = client.get("/healthz").body["worker"]["capabilities"]
-    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v1", caps
+    assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v2", caps
 
 
 def test_toolchain_checks_are_measured(client):

@@ -699,6 +699,58 @@ def test_raw_sockets_and_privileged_ports_refused(ready_sandbox):
 
 
 # ---------------------------------------------------------------------------
+# 21b'
+def test_socket_families_outside_the_allowlist_refused(ready_sandbox):
+    """Attempt: open AF_VSOCK (which ignores network namespaces: the way out
+    of an `isolated` sandbox to the hypervisor), and the rarely used families
+    with a history of kernel exploits (AF_ALG, AF_KEY, AF_TIPC, AF_RDS,
+    AF_XDP, AF_BLUETOOTH, AF_CAN, AF_PACKET, AF_NETROM...), also with high
+    bits set in the family register; netlink protocols other than ROUTE
+    (netfilter, audit, uevents, sock_diag); socketpair other than AF_UNIX.
+    Must hold: every one fails with EAFNOSUPPORT/EPROTONOSUPPORT (on this
+    host AF_VSOCK, AF_XDP and netlink audit open fine outside a sandbox:
+    the refusal is the policy's); AF_UNIX, AF_INET, AF_INET6 and
+    NETLINK_ROUTE still work."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        def raw_socket(fam, typ, proto):
+            # the raw syscall (x86_64 socket = 41): libc would cut the family to 32 bits
+            ctypes.set_errno(0)
+            fd = libc.syscall(ctypes.c_long(41), ctypes.c_long(fam), ctypes.c_long(typ),
+                              ctypes.c_long(proto))
+            err = ctypes.get_errno()
+            if fd >= 0:
+                os.close(fd)
+                return "OK"
+            return errno.errorcode.get(err, str(err))
+        fams = {"AF_VSOCK": 40, "AF_ALG": 38, "AF_KEY": 15, "AF_TIPC": 30, "AF_RDS": 21,
+                "AF_XDP": 44, "AF_BLUETOOTH": 31, "AF_CAN": 29, "AF_PACKET": 17,
+                "AF_NETROM": 6, "AF_APPLETALK": 5, "AF_LLC": 26, "AF_SMC": 43, "AF_MCTP": 45,
+                "family 46": 46, "family 255": 255}
+        R["refused"] = {k: raw_socket(v, 1 if k != "AF_PACKET" else 3, 0) for k, v in fams.items()}
+        R["refused"]["AF_VSOCK dgram"] = raw_socket(40, 2, 0)
+        R["refused"]["AF_VSOCK high bits"] = raw_socket((1 << 32) | 40, 1, 0)
+        for name, proto in (("NETFILTER", 12), ("AUDIT", 9), ("KOBJECT_UEVENT", 15),
+                            ("SOCK_DIAG", 4), ("GENERIC", 16)):
+            R["refused"]["netlink " + name] = raw_socket(16, 3, proto)
+        def pair(fam):
+            try:
+                a, b = socket.socketpair(fam, socket.SOCK_STREAM)
+                a.close(); b.close()
+                return "OK"
+            except OSError as e:
+                return errno.errorcode.get(e.errno, str(e.errno))
+        R["refused"]["socketpair AF_INET"] = pair(socket.AF_INET)
+        R["allowed"] = {"AF_UNIX": raw_socket(1, 1, 0), "AF_INET": raw_socket(2, 1, 0),
+                        "AF_INET6": raw_socket(10, 1, 0), "NETLINK_ROUTE": raw_socket(16, 3, 0),
+                        "socketpair AF_UNIX": pair(socket.AF_UNIX)}
+        ''')
+    bad = {k: v for k, v in R["refused"].items() if v not in ("EAFNOSUPPORT", "EPROTONOSUPPORT")}
+    assert bad == {}, f"socket families not refused by the policy: {bad} (all: {R})"
+    assert R["allowed"] == {k: "OK" for k in R["allowed"]}, R
+
+
+# ---------------------------------------------------------------------------
 # 21c
 def test_chroot_and_pivot_root_escapes_fail(ready_sandbox):
     """Attempt: the classic chroot escape (keep a descriptor of /, chroot
