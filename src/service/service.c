@@ -297,10 +297,16 @@ json_t *svc_disk_json(const struct sl_disk_status *d)
                      (json_int_t)d->used_percent);
 }
 
+/* A fresh statvfs every time (a syscall, no I/O): a decision to admit a
+ * new sandbox must not rest on the heartbeat's reading from seconds ago,
+ * taken before the disk filled. */
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out)
 {
+    const struct sl_config *cfg = svc->cfg;
+    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
+                   out);
     pthread_mutex_lock(&svc->loop_lock);
-    *out = svc->disk;
+    svc->disk = *out;
     pthread_mutex_unlock(&svc->loop_lock);
 }
 

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -32,6 +33,8 @@
 #define MSG_EXISTS "path already exists"
 #define MSG_NOT_EMPTY "directory is not empty or is busy"
 #define MSG_OS "workspace operation could not be completed"
+#define MSG_DISK_FULL "no space left on the sandbox's disk"
+#define MSG_QUOTA "the sandbox's disk quota is exceeded"
 #define MSG_NO_PARENT "parent directory does not exist"
 #define MSG_NO_SRC_PARENT "source parent directory does not exist"
 #define MSG_NO_DST_PARENT "destination parent directory does not exist"
@@ -85,7 +88,14 @@ static int ws_refuse(struct sl_error *err, const char *msg)
  * generic sentence; the operator's detail names the operation. */
 static int ws_fail_os(struct sl_error *err, int errnum, const char *op, const struct sl_wpath *p)
 {
-    sl_error_set(err, SL_E_INVALID_ARGUMENT, errnum, "%s", MSG_OS);
+    /* A full disk or an exhausted quota is not the client's mistake: it
+     * gets a code of its own, so it can tell "free some space" from "bad
+     * request". */
+    if (errnum == ENOSPC || errnum == EDQUOT)
+        sl_error_set(err, SL_E_DISK_FULL, errnum, "%s",
+                     errnum == ENOSPC ? MSG_DISK_FULL : MSG_QUOTA);
+    else
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, errnum, "%s", MSG_OS);
     if (err)
         snprintf(err->detail, sizeof(err->detail), "%s %s: %s", op, p ? p->canonical : "",
                  strerror(errnum));
@@ -141,8 +151,10 @@ static int ws_lock(const struct sl_ws_target *t, const struct sl_wpath *a, const
     /* A lock that cannot be taken for another reason is an OS error like
      * any other for the client; locks.c's detail is kept for the log. */
     if (err) {
-        err->code = SL_E_INVALID_ARGUMENT;
-        snprintf(err->message, sizeof(err->message), "%s", MSG_OS);
+        bool full = errno == ENOSPC || errno == EDQUOT;
+        err->code = full ? SL_E_DISK_FULL : SL_E_INVALID_ARGUMENT;
+        snprintf(err->message, sizeof(err->message), "%s",
+                 !full ? MSG_OS : errno == ENOSPC ? MSG_DISK_FULL : MSG_QUOTA);
     }
     return -1;
 }
@@ -230,6 +242,11 @@ int ws_file_write(const struct sl_ws_target *t, const char *path, size_t path_le
     _cleanup_close_ int dir = ws_walk(t, ws, p.comps, p.n - 1, true, true);
     if (dir < 0)
         return ws_walk_failed(err, errno, MSG_NO_SUCH, MSG_SYMLINK, "write", &p);
+    /* A fresh reading, not the heartbeat's: a write that cannot fit is
+     * refused before it fills the disk for every other sandbox. */
+    struct statvfs vfs;
+    if (fstatvfs(dir, &vfs) == 0 && (uint64_t)len > (uint64_t)vfs.f_bavail * vfs.f_frsize)
+        return ws_fail_os(err, ENOSPC, "write", &p);
 
     const char *name = p.comps[p.n - 1];
     struct stat st;

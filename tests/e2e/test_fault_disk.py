@@ -1,0 +1,81 @@
+"""Hardening issue: what a full disk does to the service.
+
+Fault 6: ENOSPC/EDQUOT from the file API answers 507 SANDBOX_DISK_FULL with
+a sentence of its own (was 400 "workspace operation could not be
+completed"), a write that cannot fit is refused before it fills the disk,
+and the disk-pressure guard reads a fresh statvfs before it admits a new
+sandbox (a new sandbox was created on a 100% full filesystem from the
+heartbeat's cached reading).
+"""
+import base64
+import subprocess
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandloom_client import Sandbox, assert_error
+
+MiB = 1024 * 1024
+
+
+@pytest.fixture
+def small_disk():
+    mnt = Path(tempfile.mkdtemp(prefix="sandloom-fulldisk-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0711", "tmpfs", str(mnt)],
+                   check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()
+
+
+def ready(c, prefix):
+    sb = Sandbox(c, f"{prefix}-{uuid.uuid4().hex[:10]}", "scope")
+    r = sb.resolve()
+    assert r.status == 200, r
+    return sb, sb.connect()
+
+
+def test_a_full_disk_is_a_clear_answer(daemon_factory, small_disk):
+    # A heartbeat far apart, so only a fresh reading can see the disk fill.
+    d = daemon_factory({"SANDBOX_LOCAL_ROOT": str(small_disk / "sandboxes"),
+                        "SANDBOX_HEARTBEAT_INTERVAL_SECONDS": "60",
+                        "SANDBOX_HEARTBEAT_TTL_SECONDS": "180",
+                        "SANDBOX_MIN_FREE_BYTES": str(MiB)})
+    c = d.client()
+    sb, r = ready(c, "full")
+    assert r.status == 200, r
+    small = sb.write("/workspace/small.txt", b"x" * 1000)
+    assert small.status == 200, small
+
+    # The sandbox fills its filesystem to the last block.
+    r = sb.exec(["sh", "-c", "cat /dev/zero > /workspace/fill 2>/dev/null; "
+                             "df -k /workspace | tail -1"])
+    assert r.status == 200, r
+
+    # A write through the API: its own code and sentence, nothing half-written.
+    r = sb.write("/workspace/big.bin", b"y" * (2 * MiB))
+    assert_error(r, 507, "SANDBOX_DISK_FULL", "no space left on the sandbox's disk")
+    assert not (small_disk / "sandboxes" / sb.id / "workspace" / "big.bin").exists()
+    names = [e["name"] for e in sb.list("/workspace").body["entries"]]
+    assert not any(n.startswith(".sandbox-write-") for n in names), names
+    # Even a small one that the disk cannot take.
+    r = sb.write("/workspace/small.txt", b"z" * 64 * 1024)
+    assert_error(r, 507, "SANDBOX_DISK_FULL")
+    assert sb.read("/workspace/small.txt").body["content_base64"] == \
+        base64.b64encode(b"x" * 1000).decode()
+
+    # A new sandbox is refused at once, from a fresh reading.
+    other = Sandbox(c, "full-new-" + uuid.uuid4().hex[:8], "scope")
+    assert other.resolve().status == 200
+    assert_error(other.connect(), 503, "SANDBOX_WORKER_DISK_PRESSURE")
+    assert not (small_disk / "sandboxes" / other.id).exists()
+
+    # Space freed: both work again, without a restart.
+    assert sb.rm("/workspace/fill").status == 200
+    assert sb.write("/workspace/big.bin", b"y" * (2 * MiB)).status == 200
+    assert other.connect().status == 200
