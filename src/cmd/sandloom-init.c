@@ -110,6 +110,18 @@ static void close_fds(int *fds, int n)
 static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char **envp,
                                     const sigset_t *mask)
 {
+    /* Into the command's own cgroup before anything of the command runs,
+     * so that everything it will ever fork can be ended with it. */
+    if (fds[4] >= 0 && write(fds[4], "0", 1) != 1) {
+        int e = errno;
+        char msg[96];
+        int len = snprintf(msg, sizeof(msg), "sandloom-init: cannot enter the command's cgroup: %s\n",
+                           strerror(e));
+        if (len > 0 && write(fds[2], msg, (size_t)len) < 0) {
+            /* nobody to tell */
+        }
+        _exit(126);
+    }
     setsid();
     for (int i = 0; i < 3; i++)
         if (dup2(fds[i], i) < 0)
@@ -139,7 +151,7 @@ static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char
 static int session_request(int ctl, const sigset_t *mask)
 {
     struct sl_session_req req;
-    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_NFDS)];
+    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_MAX_NFDS)];
     struct iovec iov = {.iov_base = &req, .iov_len = sizeof(req)};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
                          .msg_controllen = sizeof(cbuf)};
@@ -149,15 +161,16 @@ static int session_request(int ctl, const sigset_t *mask)
     while (n < 0 && errno == EINTR);
     if (n <= 0)
         return -1;
-    int fds[SL_SESSION_NFDS] = {-1, -1, -1, -1};
+    int fds[SL_SESSION_MAX_NFDS] = {-1, -1, -1, -1, -1};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(fds)))
-        memcpy(fds, CMSG_DATA(c), sizeof(fds));
+        (c->cmsg_len == CMSG_LEN(sizeof(int) * SL_SESSION_NFDS) ||
+         c->cmsg_len == CMSG_LEN(sizeof(int) * SL_SESSION_MAX_NFDS)))
+        memcpy(fds, CMSG_DATA(c), c->cmsg_len - CMSG_LEN(0));
     if ((size_t)n != sizeof(req) || req.magic != SL_SESSION_MAGIC ||
         req.payload_len > SL_SESSION_MAX_PAYLOAD || req.argc == 0 ||
         req.argc > SL_SESSION_MAX_ITEMS || req.envc > SL_SESSION_MAX_ITEMS || fds[3] < 0) {
-        close_fds(fds, SL_SESSION_NFDS);
+        close_fds(fds, SL_SESSION_MAX_NFDS);
         return -1; /* a protocol error: the stream can no longer be trusted */
     }
     char *payload = malloc(req.payload_len + 1);
@@ -167,7 +180,7 @@ static int session_request(int ctl, const sigset_t *mask)
         free(payload);
         free(argv);
         free(envp);
-        close_fds(fds, SL_SESSION_NFDS);
+        close_fds(fds, SL_SESSION_MAX_NFDS);
         return -1;
     }
     payload[req.payload_len] = '\0';
@@ -188,6 +201,7 @@ static int session_request(int ctl, const sigset_t *mask)
     if (pid == 0)
         session_child(fds, cwd, argv, envp, mask);
     close_fds(fds, 3);
+    close_fds(fds + 4, 1);
     free(payload);
     free(argv);
     free(envp);

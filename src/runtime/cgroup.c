@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +18,7 @@
 #define DAEMON_LEAF "sandloom-daemon"
 /* The longest tail ever put after a sandbox parent directory. Open refuses a
  * parent with which it would not fit PATH_MAX, so no later path is cut. */
-#define LONGEST_TAIL "/sb-4294967295/memory.memsw.limit_in_bytes"
+#define LONGEST_TAIL "/sb-4294967295/x18446744073709551615/cgroup.procs"
 #define CPU_PERIOD_US 100000
 
 enum { CTL_MEMORY, CTL_PIDS, CTL_CPU, CTL_COUNT };
@@ -515,12 +517,150 @@ int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid)
     return p ? strtoll(p + strlen("oom_kill "), NULL, 10) : -1;
 }
 
+/* ---- per-execution cgroups ---------------------------------------------- */
+
+/* The hierarchy holding execution cgroups: v2's one, or v1's pids (the one
+ * v1 controller that can stop a tree from forking: pids.max = 0). */
+static int exec_ctl(const struct sl_cgroups *cg)
+{
+    if (cg->version == SL_CGROUP_V2)
+        return 0;
+    return cg->version == SL_CGROUP_V1 && cg->enforced[CTL_PIDS] ? CTL_PIDS : -1;
+}
+
+bool sl_cgroups_exec_supported(const struct sl_cgroups *cg) { return exec_ctl(cg) >= 0; }
+
+static int exec_dir(const struct sl_cgroups *cg, uid_t uid, uint64_t seq, char out[PATH_MAX])
+{
+    int c = exec_ctl(cg);
+    char sb[PATH_MAX];
+    if (c < 0 || sandbox_dir(cg, c, uid, sb) < 0) {
+        errno = c < 0 ? ENOTSUP : errno;
+        return -1;
+    }
+    return cg_fmt(out, PATH_MAX, "%s/x%llu", sb, (unsigned long long)seq);
+}
+
+int sl_cgroup_exec_create(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err)
+{
+    char sb[PATH_MAX], dir[PATH_MAX], procs[PATH_MAX];
+    if (exec_dir(cg, uid, seq, dir) < 0 || dir_file(procs, dir, "cgroup.procs") < 0 ||
+        sandbox_dir(cg, exec_ctl(cg), uid, sb) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot name the command's cgroup");
+    /* The sandbox's own may not exist yet (its first command): its limits
+     * are written when its first process enters it (sl_cgroup_enter_fds),
+     * before this command's launcher runs anything. */
+    if (mkdir_ok(sb) < 0 || (mkdir(dir, 0755) < 0 && errno != EEXIST))
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot create the command's cgroup");
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int saved = errno;
+        rmdir(dir);
+        errno = saved;
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot open the command's cgroup");
+    }
+    return fd;
+}
+
+/* Signal every pid listed in dir/cgroup.procs; the count signalled, -1 if
+ * the file cannot be read. Pids are read in chunks: a fork bomb lists
+ * hundreds. */
+static int signal_listed(const char *dir, int sig)
+{
+    char path[PATH_MAX], buf[4096];
+    if (dir_file(path, dir, "cgroup.procs") < 0)
+        return -1;
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int count = 0;
+    size_t have = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + have, sizeof(buf) - 1 - have);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        have += (size_t)n;
+        buf[have] = '\0';
+        char *p = buf, *nl;
+        while ((nl = strchr(p, '\n'))) {
+            *nl = '\0';
+            long pid = strtol(p, NULL, 10);
+            if (pid > 1 && kill((pid_t)pid, sig) == 0)
+                count++;
+            p = nl + 1;
+        }
+        have = (size_t)(buf + have - p);
+        memmove(buf, p, have);
+    }
+    return count;
+}
+
+int sl_cgroup_exec_signal(struct sl_cgroups *cg, uid_t uid, uint64_t seq, int sig)
+{
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (exec_dir(cg, uid, seq, dir) < 0)
+        return -1;
+    if (sig != SIGKILL)
+        return signal_listed(dir, sig);
+    /* SIGKILL must not race with fork: v2 has cgroup.kill for exactly that;
+     * v1 stops the tree from forking first (pids.max = 0 fails every fork
+     * in it at once), then kills what is listed until nothing is. */
+    if (cg->version == SL_CGROUP_V2 && dir_file(path, dir, "cgroup.kill") == 0 &&
+        write_file(path, "1") == 0)
+        return 0;
+    if (cg->version == SL_CGROUP_V1 && dir_file(path, dir, "pids.max") == 0)
+        (void)write_file(path, "0");
+    int total = 0;
+    for (int round = 0; round < 100; round++) {
+        int n = signal_listed(dir, SIGKILL);
+        if (n <= 0)
+            return n < 0 && round == 0 ? -1 : total;
+        total += n;
+        usleep(1000); /* let the killed leave the list */
+    }
+    return total;
+}
+
+void sl_cgroup_exec_remove(struct sl_cgroups *cg, uid_t uid, uint64_t seq)
+{
+    char dir[PATH_MAX];
+    if (exec_dir(cg, uid, seq, dir) == 0)
+        (void)rmdir(dir); /* EBUSY: a background job lives on; swept at release */
+}
+
+/* Execution cgroups left under a sandbox's directory (background jobs that
+ * outlived their command, an earlier daemon's): killed and removed. */
+static void remove_exec_children(const char *sbdir, bool v2)
+{
+    DIR *d = opendir(sbdir);
+    if (!d)
+        return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char child[PATH_MAX], path[PATH_MAX];
+        if (de->d_name[0] != 'x' || de->d_type != DT_DIR ||
+            cg_fmt(child, sizeof(child), "%s/%s", sbdir, de->d_name) < 0)
+            continue;
+        if (v2 && dir_file(path, child, "cgroup.kill") == 0)
+            (void)write_file(path, "1");
+        else
+            (void)signal_listed(child, SIGKILL);
+        for (int i = 0; i < 50 && rmdir(child) < 0 && errno == EBUSY; i++)
+            usleep(10000);
+    }
+    closedir(d);
+}
+
 void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid)
 {
     for (int c = 0; c < CTL_COUNT; c++) {
         char dir[PATH_MAX], kill_path[PATH_MAX];
         if (!has_dir(cg, c) || sandbox_dir(cg, c, uid, dir) < 0)
             continue;
+        if (c == exec_ctl(cg))
+            remove_exec_children(dir, cg->version == SL_CGROUP_V2);
         if (cg->version == SL_CGROUP_V2 && dir_file(kill_path, dir, "cgroup.kill") == 0)
             write_file(kill_path, "1");
         /* Killed processes leave the cgroup once reaped: retry briefly. */

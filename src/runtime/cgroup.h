@@ -66,6 +66,27 @@ int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_
 /* OOM kills recorded in the sandbox's memory cgroup so far (-1: unknown). */
 int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid);
 
+/* Per-execution cgroups, so that ending a command reaches every process it
+ * started, in any process group or session, without racing its forks (a
+ * fork bomb). v2: a child of the sandbox's cgroup (no controllers of its
+ * own; the sandbox's limits still cover it), killed with cgroup.kill. v1: a
+ * child of the sandbox's pids cgroup (none without a pids quota), killed by
+ * setting its pids.max to 0 and then killing what it lists. `seq` is unique
+ * per execution of this daemon.
+ *
+ * exec_create makes x<seq> under the sandbox's cgroup and returns its
+ * cgroup.procs opened for writing (the caller closes it): whoever writes a
+ * pid (or "0": itself) there before running the command puts the command's
+ * whole future tree in it. The kernel checks that write against the
+ * credentials of the opener, so a sandbox process may use the descriptor.
+ * exec_signal: SIGKILL race-free as above; other signals to each listed
+ * process. Returns the number signalled, -1 if the cgroup is unreadable.
+ * exec_remove: rmdir, which fails harmlessly while a background job lives;
+ * sl_cgroup_remove kills and removes what is left. */
+bool sl_cgroups_exec_supported(const struct sl_cgroups *cg);
+int sl_cgroup_exec_create(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err);
+int sl_cgroup_exec_signal(struct sl_cgroups *cg, uid_t uid, uint64_t seq, int sig);
+void sl_cgroup_exec_remove(struct sl_cgroups *cg, uid_t uid, uint64_t seq);
 /* Remove the sandbox's cgroups (its processes must be gone). Best effort. */
 void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid);
 

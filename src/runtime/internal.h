@@ -68,6 +68,12 @@ struct sl_rt_exec {
     bool launched;              /* false: never started, res is final */
     int64_t start_us, deadline_us, grace_us;
     int64_t oom_before;         /* the memory cgroup's OOM kills at start */
+    /* The command's own cgroup (sl_cgroup_exec_*), when the host has one:
+     * termination reaches every process in it. cg_procs_fd is its
+     * cgroup.procs, open only until the launch has used it. */
+    bool cg_exec;
+    uint64_t cg_seq;
+    int cg_procs_fd;
     int out_fd, err_fd, timer_fd;
     /* one-shot: the launcher */
     struct sl_spawn_proc proc;
@@ -109,6 +115,7 @@ struct sl_runtime {
     bool net_ns;
     bool warm_sessions;
     atomic_int running;
+    atomic_uint_fast64_t exec_seq; /* names execution cgroups */
     struct rt_supervisor sup;
 
     pthread_mutex_t sessions_lock;

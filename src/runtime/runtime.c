@@ -57,7 +57,7 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
  * cgroups before it runs, with the template trees of `mounts`. */
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
                         char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
-                        size_t nmounts, int64_t deadline_us, int session_fd,
+                        size_t nmounts, int64_t deadline_us, int session_fd, int exec_cg_fd,
                         struct sl_spawn_proc *proc, struct sl_error *err)
 {
     static char *const no_env[] = {NULL};
@@ -89,12 +89,16 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
         .mounts = smounts,
         .nmounts = nmounts,
     };
-    int cgfds[SL_CGROUP_MAX_FDS];
+    int cgfds[SL_CGROUP_MAX_FDS + 1];
     int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, uid, cgfds, err) : 0;
     if (ncg < 0)
         return -1;
     sreq.cgroup_fds = cgfds;
-    sreq.n_cgroup_fds = (size_t)ncg;
+    /* Last, after the sandbox's own: the command's cgroup, a child of the
+     * sandbox's in its hierarchy (a one-shot run's launcher is the command). */
+    sreq.n_cgroup_fds = (size_t)ncg + (exec_cg_fd >= 0);
+    if (exec_cg_fd >= 0)
+        cgfds[ncg] = exec_cg_fd;
     int started = sl_spawn_start(&rt->layout, &sreq, proc, err);
     for (int i = 0; i < ncg; i++)
         close(cgfds[i]);
@@ -106,7 +110,7 @@ int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, ch
              int session_fd, struct sl_spawn_proc *proc, struct sl_error *err)
 {
     return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, deadline_us, session_fd,
-                        proc, err);
+                        -1, proc, err);
 }
 
 /* One-shot: the launcher is sandloom-init itself, built for this one
@@ -130,7 +134,8 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
     if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
-                     req->nmounts, x->deadline_us, -1, &x->proc, &spawn_err) < 0) {
+                     req->nmounts, x->deadline_us, -1, x->cg_procs_fd, &x->proc,
+                     &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */
@@ -161,8 +166,25 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
     struct sl_rt_exec *x = rt_exec_new(rt, req, done, ctx);
     if (!x)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    /* The command's own cgroup first: the launch puts the command in it
+     * before it runs anything, so its whole tree is in there. */
+    if (rt->cgroups && sl_cgroups_exec_supported(rt->cgroups)) {
+        x->cg_seq = atomic_fetch_add(&rt->exec_seq, 1) + 1;
+        x->cg_procs_fd = sl_cgroup_exec_create(rt->cgroups, req->uid, x->cg_seq, err);
+        if (x->cg_procs_fd < 0) {
+            sl_rt_exec_put(x);
+            return -1;
+        }
+        x->cg_exec = true;
+    }
     int rc = session ? rt_session_launch(rt, req, x, err) : rt_oneshot_launch(rt, ns, req, x, err);
+    if (x->cg_procs_fd >= 0) {
+        close(x->cg_procs_fd);
+        x->cg_procs_fd = -1;
+    }
     if (rc < 0 || rt_exec_submit(x, err) < 0) {
+        if (x->cg_exec && !x->launched)
+            sl_cgroup_exec_remove(rt->cgroups, req->uid, x->cg_seq);
         sl_rt_exec_put(x);
         return -1;
     }

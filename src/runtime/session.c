@@ -205,7 +205,7 @@ static int write_full(int fd, const void *buf, size_t len)
 
 /* One request on the control socket (see session_proto.h). */
 static int session_send(struct rt_session *s, const struct sl_rt_exec_request *req,
-                        const int fds[SL_SESSION_NFDS])
+                        const int fds[SL_SESSION_MAX_NFDS], int nfds)
 {
     struct sl_buf payload;
     sl_buf_init(&payload, SL_SESSION_MAX_PAYLOAD);
@@ -224,16 +224,16 @@ static int session_send(struct rt_session *s, const struct sl_rt_exec_request *r
                                  .payload_len = (uint32_t)payload.len,
                                  .argc = argc,
                                  .envc = envc};
-    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_NFDS)];
+    char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_MAX_NFDS)];
     memset(cbuf, 0, sizeof(cbuf));
     struct iovec iov = {.iov_base = &hdr, .iov_len = sizeof(hdr)};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-                         .msg_controllen = sizeof(cbuf)};
+                         .msg_controllen = CMSG_SPACE(sizeof(int) * (size_t)nfds)};
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * SL_SESSION_NFDS);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * SL_SESSION_NFDS);
+    c->cmsg_len = CMSG_LEN(sizeof(int) * (size_t)nfds);
+    memcpy(CMSG_DATA(c), fds, sizeof(int) * (size_t)nfds);
     pthread_mutex_lock(&s->write_lock);
     ssize_t n;
     do
@@ -305,15 +305,19 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
         }
         /* After session_get: a first execution has just made the cgroup. */
         x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
-        int mine[3], theirs[SL_SESSION_NFDS];
+        int mine[3], theirs[SL_SESSION_MAX_NFDS];
         if (exec_fds(mine, theirs) < 0) {
             session_release_exec(rt, s, false);
             return sl_error_errno(err, SL_E_RUNTIME, "cannot create the execution's pipes");
         }
-        int sent = session_send(s, req, theirs);
+        /* The command's cgroup: init's child enters it before exec. */
+        int nfds = SL_SESSION_NFDS;
+        if (x->cg_procs_fd >= 0)
+            theirs[nfds++] = x->cg_procs_fd;
+        int sent = session_send(s, req, theirs, nfds);
         int send_errno = errno;
         for (int i = 0; i < SL_SESSION_NFDS; i++)
-            close(theirs[i]);
+            close(theirs[i]); /* not the cgroup's: the launcher closes it */
         if (sent < 0) {
             for (int i = 0; i < 3; i++)
                 close(mine[i]);

@@ -7,7 +7,7 @@
  * execution it sends one request: this header, then `payload_len` bytes
  * "cwd\0argv0\0...argvN\0env0\0...envM\0", with four descriptors attached to
  * the header by SCM_RIGHTS: stdin, stdout, stderr and a per-execution
- * status socket. Init forks the command in its own session (process group =
+ * status socket (and optionally a fifth: see SL_SESSION_MAX_NFDS). Init forks the command in its own session (process group =
  * its pid) with those descriptors as 0, 1, 2, and when it ends writes the
  * raw wait status (int32) to the status socket and closes it. If the runtime
  * closes its end of the status socket first (deadline, cancel), init kills
@@ -31,6 +31,12 @@
 #define SL_INIT_PARENT_DEATH_SIGNAL (SIGRTMIN + 2)
 
 #define SL_SESSION_NFDS 4
+/* A fifth descriptor may follow: the command's cgroup.procs, open for
+ * writing. The forked child writes "0" to it (enters the cgroup) before it
+ * runs the command, so the command's whole tree, whatever process groups
+ * or sessions it makes, can be ended as one; a child that cannot enter it
+ * does not run the command (status 126). */
+#define SL_SESSION_MAX_NFDS 5
 #define SL_SESSION_TERM 'T'
 #define SL_SESSION_KILL 'K'
 /* argv and env of the API fit far below this (16 MiB + 8 MiB). */

@@ -75,12 +75,20 @@ static void arm_timer(struct sl_rt_exec *x, int64_t at_us)
 
 /* ---- the two kinds of execution ---------------------------------------- */
 
-/* Deliver `sig` to the execution's process group. One-shot: the launcher
- * (sandloom-init) forwards a catchable signal to its group; SIGKILL goes to
- * the launcher (whose death ends a PID namespace) and to the group. Session:
- * one byte on the status socket asks init to signal the group. */
+/* Deliver `sig` to every process of the execution. With a cgroup of its
+ * own, that is everything in it: processes that left the command's process
+ * group, and those whose leader is already gone (a fork bomb's), SIGKILL
+ * without a race against their forks. Then, while the command itself runs,
+ * its process group as before: one-shot, the launcher (sandloom-init)
+ * forwards a catchable signal to its group, SIGKILL goes to the launcher
+ * (whose death ends a PID namespace) and to the group; session, one byte on
+ * the status socket asks init to signal the group. */
 static void deliver(struct sl_rt_exec *x, int sig)
 {
+    if (x->cg_exec)
+        (void)sl_cgroup_exec_signal(x->rt->cgroups, x->uid, x->cg_seq, sig);
+    if (x->exited)
+        return;
     x->signal_sent = sig;
     if (!x->session) {
         (void)sl_pidfd_send_signal(x->proc.pidfd, sig);
@@ -210,6 +218,14 @@ static void finish(struct sl_rt_exec *x)
         rt_session_exec_done(rt, x->session, session_broken);
         x->session = NULL;
     }
+    if (x->cg_exec) {
+        /* A terminated command leaves nothing behind; one that ended by
+         * itself keeps its background jobs (warm sessions), and then the
+         * directory stays until they end or the sandbox is released. */
+        if (x->phase != PH_RUN)
+            (void)sl_cgroup_exec_signal(rt->cgroups, x->uid, x->cg_seq, SIGKILL);
+        sl_cgroup_exec_remove(rt->cgroups, x->uid, x->cg_seq);
+    }
     if (x->launched) {
         res->duration_ms = (sl_mono_us() - x->start_us) / 1000;
         int64_t oom_after = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, x->uid) : -1;
@@ -231,7 +247,7 @@ static void terminate(struct sl_rt_exec *x, int64_t now)
 {
     if (x->phase != PH_RUN)
         return;
-    if (x->exited) {
+    if (x->exited && !x->cg_exec) {
         /* The command is gone but something it started still holds its
          * output (a background job): there is nobody left to signal
          * through this execution, so read for one more grace and stop. */
@@ -256,7 +272,7 @@ static void on_timer(struct sl_rt_exec *x)
         terminate(x, now);
         break;
     case PH_TERM:
-        if (!x->exited)
+        if (!x->exited || x->cg_exec)
             deliver(x, SIGKILL);
         x->phase = PH_KILL;
         arm_timer(x, now + x->grace_us);
@@ -306,7 +322,7 @@ static void take_requests(struct sl_runtime *rt)
         x->queued = false;
         if (!x->finished) {
             if (!x->launched || x->kill_now) {
-                if (x->launched && !x->exited)
+                if (x->launched && (!x->exited || x->cg_exec))
                     deliver(x, SIGKILL);
                 finish(x);
             } else if (x->cancel_requested) {
@@ -450,7 +466,7 @@ struct sl_rt_exec *rt_exec_new(struct sl_runtime *rt, const struct sl_rt_exec_re
         return NULL;
     x->rt = rt;
     atomic_init(&x->refs, 1);
-    x->out_fd = x->err_fd = x->timer_fd = x->status_fd = -1;
+    x->out_fd = x->err_fd = x->timer_fd = x->status_fd = x->cg_procs_fd = -1;
     x->proc.pidfd = x->proc.out_fd = x->proc.err_fd = -1;
     x->uid = req->uid;
     x->done = done;

@@ -374,12 +374,17 @@ def test_timeout_of_a_sigterm_ignoring_command_ends_with_sigkill(sb):
 
 def test_timeout_spares_a_daemonised_process_of_the_warm_session(sb):
     """Contrast for the scans above: a setsid'd background process left by a
-    command is outside its process group and lives on in the warm session
-    (COMPAT.md §2); the timed-out command's own group does not."""
-    b = exec_ok(sb, ["sh", "-c", "setsid sleep 30.701 >/dev/null 2>&1 </dev/null & "
+    command that ended by itself lives on in the warm session (COMPAT.md
+    §2), and a later command's timeout does not touch it; the timed-out
+    command's own processes die, its setsid'd ones included (each command
+    has a cgroup of its own: the hardening issue, fault 3)."""
+    b = exec_ok(sb, ["sh", "-c", "setsid sleep 30.701 >/dev/null 2>&1 </dev/null &"])
+    assert b["status"] == "SUCCEEDED", b
+    b = exec_ok(sb, ["sh", "-c", "setsid sleep 30.703 >/dev/null 2>&1 </dev/null & "
                                  "sleep 30.702"], timeout_seconds=1)
     assert b["status"] == "TIMED_OUT", b
-    assert wait_for(lambda: not uid_processes(sb.uid, "sleep 30.702"), 3), uid_processes(sb.uid)
+    assert wait_for(lambda: not uid_processes(sb.uid, "sleep 30.702") and
+                    not uid_processes(sb.uid, "sleep 30.703"), 3), uid_processes(sb.uid)
     assert count_processes({sb.uid}, "sleep 30.701") == 1, \
         f"the setsid'd process should survive in the warm session: {uid_processes(sb.uid)}"
     assert sb.release().status == 200

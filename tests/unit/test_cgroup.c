@@ -796,6 +796,123 @@ static void test_default_open_on_a_v1_host(void **state)
         assert_false(exists(sbs[c]));
 }
 
+/* A command's own cgroup (sl_cgroup_exec_*): a child enters it through the
+ * descriptor ("0": itself), then keeps forking and daemonising (setsid'd
+ * grandchildren that leave its process group, short-lived children forked
+ * in a loop so the kill races forks); one exec_signal(SIGKILL) empties it,
+ * and remove takes the directory. The sandbox's own cgroup and its other
+ * members are not touched. */
+static void check_exec_cgroup_kill(struct sl_cgroups *cg, uid_t uid)
+{
+    struct sl_error err;
+    sl_error_clear(&err);
+    assert_true(sl_cgroups_exec_supported(cg));
+    int fds[SL_CGROUP_MAX_FDS];
+    int n = sl_cgroup_enter_fds(cg, uid, fds, &err);
+    assert_true(n >= 1);
+    int release = -1;
+    pid_t bystander = fork_waiting_child(&release); /* in the sandbox, not the command */
+    assert_true(bystander > 0);
+    char pid[32];
+    snprintf(pid, sizeof(pid), "%d", (int)bystander);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(write(fds[i], pid, strlen(pid)), (ssize_t)strlen(pid));
+        close(fds[i]);
+    }
+    int procs = sl_cgroup_exec_create(cg, uid, 7, &err);
+    if (procs < 0)
+        fprintf(stderr, "exec_create: %s\n", sl_error_text(&err));
+    assert_true(procs >= 0);
+    int ready[2];
+    assert_int_equal(pipe2(ready, O_CLOEXEC), 0);
+    child = fork();
+    if (child == 0) {
+        if (write(procs, "0", 1) != 1)
+            _exit(3);
+        for (int i = 0; i < 8; i++)
+            if (fork() == 0) {
+                setsid();
+                if (fork() == 0)
+                    for (;;)
+                        pause();
+                for (;;)
+                    pause();
+            }
+        if (write(ready[1], "r", 1) != 1)
+            _exit(4);
+        for (;;) {
+            pid_t p = fork();
+            if (p == 0)
+                _exit(0);
+            if (p > 0)
+                waitpid(p, NULL, 0);
+        }
+    }
+    close(procs);
+    close(ready[1]);
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    usleep(50000);
+    assert_true(sl_cgroup_exec_signal(cg, uid, 7, SIGTERM) >= 17); /* the tree is all in there */
+    /* SIGTERM kills these (no handlers); the loop may still be forking. */
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    child = -1;
+    (void)sl_cgroup_exec_signal(cg, uid, 7, SIGKILL);
+    char dir[PATH_MAX], path[PATH_MAX], text[4096];
+    char sbdir[PATH_MAX];
+    assert_int_equal(cgroup_of(bystander, sl_cgroups_version(cg) == SL_CGROUP_V2 ? "" : "pids",
+                               sbdir, sizeof(sbdir)), 0);
+    bool v2 = sl_cgroups_version(cg) == SL_CGROUP_V2;
+    const char *base = v2 ? mnt : SL_CGROUP_ROOT "/pids";
+    assert_int_equal(fmt(dir, sizeof(dir), "%s%s/x7", base, sbdir), 0);
+    assert_int_equal(fmt(path, sizeof(path), "%s/cgroup.procs", dir), 0);
+    bool empty = false;
+    for (int i = 0; i < 100 && !empty; i++) {
+        empty = read_text(path, text, sizeof(text)) == 0 && text[0] == '\0';
+        if (!empty)
+            usleep(10000);
+    }
+    assert_true(empty);
+    sl_cgroup_exec_remove(cg, uid, 7);
+    assert_false(exists(dir));
+    /* The sandbox's other member lives on. */
+    assert_int_equal(kill(bystander, 0), 0);
+    close(release);
+    assert_int_equal(waitpid(bystander, &status, 0), bystander);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+static void test_v2_exec_cgroup_kills_a_forking_tree(void **state)
+{
+    (void)state;
+    if (!mounted)
+        skip();
+    struct sl_cgroups *cg = open_cg = open_at(mnt, &LIMITS);
+    assert_non_null(cg);
+    open_uid = UID_A;
+    check_exec_cgroup_kill(cg, UID_A);
+}
+
+static void test_v1_exec_cgroup_kills_a_forking_tree(void **state)
+{
+    (void)state;
+    if (access(SL_CGROUP_ROOT "/cgroup.controllers", F_OK) == 0 ||
+        access(SL_CGROUP_ROOT "/pids/cgroup.procs", W_OK) < 0) {
+        printf("not a v1 or hybrid host: skipped\n");
+        skip();
+    }
+    struct sl_error err;
+    sl_error_clear(&err);
+    struct sl_cgroups *cg = NULL;
+    assert_int_equal(sl_cgroups_open(&LIMITS, &cg, &err), 0);
+    open_cg = cg;
+    open_uid = UID_V1;
+    assert_int_equal(sl_cgroups_version(cg), SL_CGROUP_V1);
+    check_exec_cgroup_kill(cg, UID_V1);
+}
+
 int main(void)
 {
     if (geteuid() != 0) {
@@ -819,6 +936,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_v2_namespace_root_moves_the_daemon, case_setup,
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_default_open_on_a_v1_host, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_v2_exec_cgroup_kills_a_forking_tree, case_setup,
+                                        case_teardown),
+        cmocka_unit_test_setup_teardown(test_v1_exec_cgroup_kills_a_forking_tree, case_setup,
+                                        case_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
