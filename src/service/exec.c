@@ -214,16 +214,22 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
 {
     struct sl_exec_record *rec = &x->rec;
     struct sl_rt_exec_result *res = &x->res;
-    if (atomic_load(&svc->shutting_down)) {
-        /* API.md §4.2: the worker's own task cancelled (shutdown). */
-        snprintf(rec->status, sizeof(rec->status), "CANCELLED");
-        rec->has_exit_code = false;
-        snprintf(rec->termination_reason, sizeof(rec->termination_reason), "WORKER_SHUTDOWN");
-        return;
-    }
+    bool shutdown = atomic_load(&svc->shutting_down);
     rec->has_exit_code = true;
     rec->exit_code = res->exit_code;
     rec->truncated = res->truncated;
+    rec->stdout_text =
+        sl_utf8_repair(res->out.data ? res->out.data : "", res->out.len, &rec->stdout_len);
+    rec->stderr_text =
+        sl_utf8_repair(res->err.data ? res->err.data : "", res->err.len, &rec->stderr_len);
+    if (shutdown) {
+        /* API.md §4.2: the worker's own task cancelled (shutdown). Unlike
+         * the reference (empty output), what the command printed until its
+         * termination is kept, with the exit code the termination gave. */
+        snprintf(rec->status, sizeof(rec->status), "CANCELLED");
+        snprintf(rec->termination_reason, sizeof(rec->termination_reason), "WORKER_SHUTDOWN");
+        return;
+    }
     snprintf(rec->status, sizeof(rec->status), "%s",
              res->timed_out ? "TIMED_OUT" : res->exit_code == 0 ? "SUCCEEDED" : "FAILED");
     /* Why it ended when that was not its own choice: the memory quota's
@@ -234,10 +240,6 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
                          : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED_BY_CLIENT"
                                                                             : "";
     snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s", reason);
-    rec->stdout_text =
-        sl_utf8_repair(res->out.data ? res->out.data : "", res->out.len, &rec->stdout_len);
-    rec->stderr_text =
-        sl_utf8_repair(res->err.data ? res->err.data : "", res->err.len, &rec->stderr_len);
 }
 
 static void completion_job(void *arg)
@@ -537,7 +539,11 @@ int svc_execs_running(struct sl_service *svc, const char *sandbox_id)
 int svc_execs_start(struct sl_service *svc, struct sl_error *err)
 {
     pthread_mutex_init(&svc->execs_lock, NULL);
-    pthread_cond_init(&svc->execs_cond, NULL);
+    pthread_condattr_t cattr; /* the shutdown waits against monotonic deadlines */
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&svc->execs_cond, &cattr);
+    pthread_condattr_destroy(&cattr);
     /* Completions write one record each; a few threads keep the store
      * busy without queueing behind one slow write. */
     svc->completions = sl_pool_new("sl-complete", 4, 1 << 16);
@@ -550,8 +556,21 @@ void sl_service_stop_execs(struct sl_service *svc)
 {
     if (!svc || !svc->completions)
         return;
+    /* The termination sequence of §4.6 for each (SIGTERM, grace, SIGKILL,
+     * grace), all at once, so the whole shutdown is bounded by about two
+     * grace periods; whatever is still there after that is killed outright. */
+    int64_t grace_us = (int64_t)(svc->cfg->terminate_grace_seconds * 1e6);
+    int64_t deadline = sl_mono_us() + 2 * grace_us + 2000000;
     pthread_mutex_lock(&svc->execs_lock);
     atomic_store(&svc->shutting_down, true);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->rt)
+            sl_rt_exec_cancel(x->rt);
+    while (svc->execs && sl_mono_us() < deadline) {
+        struct timespec until = {.tv_sec = deadline / 1000000,
+                                 .tv_nsec = (deadline % 1000000) * 1000};
+        pthread_cond_timedwait(&svc->execs_cond, &svc->execs_lock, &until);
+    }
     for (struct svc_exec *x = svc->execs; x; x = x->next)
         if (x->rt)
             sl_rt_exec_kill(x->rt);

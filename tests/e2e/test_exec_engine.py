@@ -655,7 +655,11 @@ def test_daemon_shutdown_cancels_running_background_exec(daemon_factory):
     sb = ready(d1.client(), "shut")
     done_id = new_id("done")
     assert exec_ok(sb, ["true"], exec_id=done_id)["status"] == "SUCCEEDED"
-    exec_id = start_bg(sb, ["sleep", "30.991"])
+    # A command that cleans up on SIGTERM: the shutdown gives it the
+    # termination sequence (§4.6), and what it printed is kept (the
+    # hardening issue, fault 9; the reference records empty output).
+    argv = ["sh", "-c", "trap 'echo got TERM; exit 7' TERM; echo started; sleep 30.991 & wait"]
+    exec_id = start_bg(sb, argv)
     assert wait_for(lambda: uid_processes(sb.uid, "sleep 30.991"), 5)
     t0 = time.monotonic()
     d1.proc.send_signal(signal.SIGTERM)
@@ -679,13 +683,13 @@ def test_daemon_shutdown_cancels_running_background_exec(daemon_factory):
     sb2.generation = sb.generation
     assert rows() == {exec_id: "CANCELLED", done_id: "SUCCEEDED"}, rows()
     # The admin exec-detail route reads the record whatever the route's state
-    # (§3.18): CANCELLED with empty output (§4.2), no exit code.
+    # (§3.18): CANCELLED, with the output and the exit code of its TERM handler.
     r = d2.client().get(f"/api/v1/admin/execs/{sb.id}/{exec_id}")
     assert r.status == 200, r
     assert (r.body["status"], r.body["exit_code"], r.body["stdout"], r.body["stderr"]) == \
-        ("CANCELLED", None, "", ""), r
+        ("CANCELLED", 7, "started\ngot TERM\n", ""), r
     assert r.body["termination_reason"] == "WORKER_SHUTDOWN", r
-    assert r.body["argv"] == ["sleep", "30.991"] and r.body["finished_at"], r
+    assert r.body["argv"] == argv and r.body["finished_at"], r
     # The old generation is fenced off after the restart.
     assert_error(poll(sb2, exec_id), 409, "STALE_SANDBOX_ROUTE")
     assert_error(cancel(sb2, exec_id), 409, "STALE_SANDBOX_ROUTE")
@@ -696,7 +700,7 @@ def test_daemon_shutdown_cancels_running_background_exec(daemon_factory):
     r = poll(sb2, exec_id)
     assert r.status == 200, r
     assert (r.body["status"], r.body["exit_code"], r.body["stdout"], r.body["stderr"]) == \
-        ("CANCELLED", None, "", ""), r
+        ("CANCELLED", 7, "started\ngot TERM\n", ""), r
     r = sb2.exec(["true"], exec_id=exec_id)
     assert r.status == 200 and r.body["status"] == "CANCELLED", r
     assert sb2.release().status == 200
