@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 
+#include "api/auth_guard.h"
 #include "api/errors.h"
 #include "api/mcp.h"
 #include "api/router.h"
@@ -20,12 +21,31 @@
 #include "common/util.h"
 #include "config/config.h"
 
+/* Failed authentications answered late (auth_guard.h): their connections
+ * wait suspended in a FIFO (every delay is the same), bounded; one thread
+ * resumes them when due. No handler thread is ever held by a guesser. */
+#define PENALTY_QUEUE_MAX 1024
+
+struct conn_state;
+
+struct penalty_queue {
+    pthread_mutex_t lock;
+    pthread_cond_t cond; /* CLOCK_MONOTONIC */
+    pthread_t thread;
+    bool started, stopping;
+    struct conn_state *head, *tail;
+    size_t n;
+};
+
 struct sl_http {
     struct MHD_Daemon *daemon;
     struct sl_service *svc;
     struct sl_pool *handlers; /* runs route handlers off MHD's event threads */
     char *expected_auth;      /* "Bearer <token>" */
     size_t expected_len;
+    struct sl_auth_guard *auth_guard;
+    int64_t free_failures;
+    struct penalty_queue penalty;
 };
 
 /* Where a request is. RECEIVING: MHD's thread is collecting the body.
@@ -48,6 +68,8 @@ struct conn_state {
     bool too_large;
     enum conn_phase phase;
     struct sl_response resp; /* when READY */
+    int64_t due_us;          /* a delayed 401: when to answer */
+    struct conn_state *penalty_next;
 };
 
 /* The deferred answer handle of api/http.h is the connection state. */
@@ -232,6 +254,97 @@ static void run_handler(void *arg)
     answer(st, &resp);
 }
 
+static void *penalty_main(void *arg)
+{
+    struct sl_http *http = arg;
+    struct penalty_queue *q = &http->penalty;
+    pthread_mutex_lock(&q->lock);
+    for (;;) {
+        struct conn_state *st = q->head;
+        if (!st) {
+            if (q->stopping)
+                break;
+            pthread_cond_wait(&q->cond, &q->lock);
+            continue;
+        }
+        int64_t now = sl_mono_us();
+        if (st->due_us > now && !q->stopping) {
+            struct timespec until = {.tv_sec = st->due_us / 1000000,
+                                     .tv_nsec = (st->due_us % 1000000) * 1000};
+            pthread_cond_timedwait(&q->cond, &q->lock, &until);
+            continue;
+        }
+        q->head = st->penalty_next;
+        if (!q->head)
+            q->tail = NULL;
+        q->n--;
+        pthread_mutex_unlock(&q->lock);
+        st->phase = PH_READY; /* resp was set when it was queued */
+        MHD_resume_connection(st->conn);
+        pthread_mutex_lock(&q->lock);
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+/* The 401 of a request without the right token. Counted (auth_guard.h);
+ * a peer that keeps failing gets it late, from a suspended connection. */
+static enum MHD_Result refuse_unauthorized(struct conn_state *st, struct MHD_Connection *conn,
+                                           const char *url)
+{
+    struct sl_http *http = st->http;
+    st->phase = PH_DONE;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    struct sl_auth_verdict v;
+    sl_auth_guard_fail(http->auth_guard, ci ? ci->client_addr : NULL, sl_mono_us(), &v);
+    if (v.log)
+        sl_warn("auth: %llu failed authentication%s since the last report, the last from %s "
+                "(the token is never logged; a peer failing more than %lld times a minute is "
+                "answered after %d ms)",
+                (unsigned long long)v.failures, v.failures == 1 ? "" : "s", v.peer,
+                (long long)http->free_failures, SL_AUTH_PENALTY_MS);
+    /* The MCP endpoint keeps the reference's own 401 body (MCP.md §1.1,
+     * key "error"); every other path the one error shape. */
+    bool mcp = strcmp(url, SL_MCP_PATH) == 0;
+    if (v.delay_ms <= 0) {
+        if (mcp)
+            return queue_mcp_unauthorized(conn);
+        return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
+                           NULL);
+    }
+    struct penalty_queue *q = &http->penalty;
+    st->resp = (struct sl_response){.status = 401, .content_type = "application/json"};
+    st->resp.body = mcp ? strdup(SL_MCP_UNAUTHORIZED_BODY)
+                        : sl_api_error_body(SL_E_UNAUTHORIZED,
+                                            "internal service authentication failed", NULL);
+    st->resp.len = st->resp.body ? strlen(st->resp.body) : 0;
+    st->conn = conn;
+    st->due_us = sl_mono_us() + (int64_t)v.delay_ms * 1000;
+    pthread_mutex_lock(&q->lock);
+    bool full = q->n >= PENALTY_QUEUE_MAX || q->stopping;
+    if (!full) {
+        st->phase = PH_DISPATCHED;
+        st->penalty_next = NULL;
+        if (q->tail)
+            q->tail->penalty_next = st;
+        else
+            q->head = st;
+        q->tail = st;
+        q->n++;
+        MHD_suspend_connection(conn);
+        pthread_cond_signal(&q->cond);
+    }
+    pthread_mutex_unlock(&q->lock);
+    if (full) {
+        /* Too many guesses waiting already: this one gets no answer. */
+        free(st->resp.body);
+        st->resp.body = NULL;
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -256,15 +369,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         bool needs_auth = m == SL_MATCH_OK ? st->route->auth : sl_router_path_protected(url);
         /* Authentication comes first: an unauthenticated client learns
          * nothing about which paths exist and no body is parsed for it. */
-        if (needs_auth && !authorized(http, conn)) {
-            st->phase = PH_DONE;
-            /* The MCP endpoint keeps the reference's own 401 body (MCP.md
-             * §1.1, key "error"); every other path the one error shape. */
-            if (strcmp(url, SL_MCP_PATH) == 0)
-                return queue_mcp_unauthorized(conn);
-            return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
-                               NULL);
-        }
+        if (needs_auth && !authorized(http, conn))
+            return refuse_unauthorized(st, conn, url);
         if (m == SL_MATCH_NONE) {
             st->phase = PH_DONE;
             return queue_error(conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
@@ -351,6 +457,30 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     sl_warn("http: %s", line);
 }
 
+/* Answers every delayed 401 at once and joins the thread. */
+static void penalty_stop(struct sl_http *http)
+{
+    struct penalty_queue *q = &http->penalty;
+    if (q->started) {
+        pthread_mutex_lock(&q->lock);
+        q->stopping = true;
+        pthread_cond_signal(&q->cond);
+        pthread_mutex_unlock(&q->lock);
+        pthread_join(q->thread, NULL);
+        q->started = false;
+    }
+}
+
+/* After the MHD threads are gone: nothing can fail authentication now. */
+static void penalty_free(struct sl_http *http)
+{
+    penalty_stop(http);
+    pthread_cond_destroy(&http->penalty.cond);
+    pthread_mutex_destroy(&http->penalty.lock);
+    sl_auth_guard_free(http->auth_guard);
+    http->auth_guard = NULL;
+}
+
 /* Connections allowed at once: a quarter of the descriptors this process
  * may open (each running command needs about four more), within bounds. */
 static unsigned connection_limit(void)
@@ -379,6 +509,23 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         return NULL;
     }
     http->expected_len = strlen(http->expected_auth);
+    http->auth_guard = sl_auth_guard_new(cfg->auth_failures_per_minute);
+    http->free_failures = cfg->auth_failures_per_minute;
+    pthread_mutex_init(&http->penalty.lock, NULL);
+    pthread_condattr_t cattr;
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&http->penalty.cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+    if (!http->auth_guard ||
+        pthread_create(&http->penalty.thread, NULL, penalty_main, http) != 0) {
+        sl_auth_guard_free(http->auth_guard);
+        free(http->expected_auth);
+        free(http);
+        sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the authentication guard");
+        return NULL;
+    }
+    http->penalty.started = true;
 
     char port[16];
     snprintf(port, sizeof(port), "%d", cfg->port);
@@ -388,6 +535,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     int gai = getaddrinfo(cfg->host, port, &hints, &ai);
     if (gai != 0 || !ai) {
         sl_error_set(err, SL_E_CONFIG, 0, "SANDBOX_HOST: cannot resolve the bind address");
+        penalty_free(http);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -396,6 +544,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     if (!http->handlers) {
         freeaddrinfo(ai);
         sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the request handler threads");
+        penalty_free(http);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -422,6 +571,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
         sl_pool_free(http->handlers);
+        penalty_free(http);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -437,8 +587,10 @@ void sl_http_stop(struct sl_http *http)
      * deferred answer must have been given before this (the service
      * finishes every command first), since MHD frees the connections. */
     MHD_quiesce_daemon(http->daemon);
+    penalty_stop(http); /* answers the delayed 401s now: MHD frees suspended connections */
     sl_pool_free(http->handlers);
     MHD_stop_daemon(http->daemon);
+    penalty_free(http);
     free(http->expected_auth);
     free(http);
 }

@@ -226,6 +226,10 @@ int main(void)
 
     sl_info("sandloomd listening on http://%s:%d (worker %s)", cfg.host, cfg.port,
             sl_service_worker_id(svc));
+    if (cfg.token_short)
+        sl_warn("SANDBOX_INTERNAL_TOKEN is shorter than %d characters: it can be guessed through "
+                "the API (refused outside the local environment)",
+                SL_CONFIG_TOKEN_MIN_CHARS);
     if (cfg.token_generated)
         fprintf(stderr,
                 "sandloomd: no SANDBOX_INTERNAL_TOKEN set; generated API token for this run: %s\n"

@@ -166,6 +166,9 @@ static const struct config_var config_vars[] = {
     V_FLOAT("SANDBOX_CPU_LIMIT", cpu_limit, "2.0", 0, 0),
     /* Ours: idle period of a warm session; 0 = a fresh sandbox per exec. */
     V_INT("SANDBOX_SESSION_IDLE_SECONDS", session_idle_seconds, "60", 0, NOLIM),
+    /* Ours: failed authentications a peer gets answered at once per minute;
+     * past that each 401 comes SL_AUTH_PENALTY_MS late (api/auth_guard.h). */
+    V_INT("SANDBOX_AUTH_FAILURES_PER_MINUTE", auth_failures_per_minute, "10", 0, NOLIM),
 
     /* 2.3 workspace and lifecycle */
     V_STR("SANDBOX_LOCAL_ROOT", local_root, "/var/lib/agent-sandbox/sandboxes", 0),
@@ -1016,6 +1019,15 @@ static int config_check(struct sl_config *cfg, struct sl_error *err)
     bool prod = strcmp(cfg->environment, "prod") == 0;
     if (prod && cfg->internal_token[0] == '\0')
         return sl_error_set(err, SL_E_CONFIG, 0, "SANDBOX_INTERNAL_TOKEN is not configured");
+    size_t token_len = strlen(cfg->internal_token);
+    if (token_len > 0 && token_len < SL_CONFIG_TOKEN_MIN_CHARS) {
+        if (strcmp(cfg->environment, "local") != 0)
+            return sl_error_set(err, SL_E_CONFIG, 0,
+                                "SANDBOX_INTERNAL_TOKEN: must be at least %d characters outside "
+                                "the local environment",
+                                SL_CONFIG_TOKEN_MIN_CHARS);
+        cfg->token_short = true;
+    }
     if (strcmp(cfg->environment, "local") != 0) {
         _cleanup_free_ char *h = dup_trimmed(cfg->advertise_host);
         if (!h)

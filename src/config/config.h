@@ -22,6 +22,11 @@
 
 enum sl_db_backend { SL_DB_SQLITE, SL_DB_POSTGRESQL, SL_DB_MYSQL };
 
+/* The shortest SANDBOX_INTERNAL_TOKEN accepted outside the local environment
+ * (staging and prod): a shorter one can be guessed through the API, which
+ * every sandbox in host network mode reaches. Locally it is a warning. */
+#define SL_CONFIG_TOKEN_MIN_CHARS 32
+
 struct sl_config {
     /* 2.1 identity and HTTP */
     char *host;
@@ -30,6 +35,7 @@ struct sl_config {
     char *advertise_scheme;
     char *internal_token;   /* after load: never empty (generated outside prod) */
     bool token_generated;   /* internal_token was generated at load */
+    bool token_short;       /* given, shorter than SL_CONFIG_TOKEN_MIN_CHARS (local only) */
     char *startup_log_path;
     char *profile_id;
     char *profile_hash;
@@ -82,6 +88,7 @@ struct sl_config {
     int64_t max_output_bytes;
     int64_t max_file_api_bytes;
     int64_t max_list_entries;
+    int64_t auth_failures_per_minute;
     int64_t max_parallel_execs_per_sandbox;
     struct sl_strlist mcp_allowed_hosts;
 

@@ -489,11 +489,18 @@ static void test_prod_requires_token(void **state)
     assert_string_equal(err.code, SL_E_CONFIG);
     assert_string_equal(err.message, "SANDBOX_INTERNAL_TOKEN is not configured");
 
+    /* A short token outside local: refused, without echoing it. */
     setenv("SANDBOX_INTERNAL_TOKEN", "s3cret-token", 1);
+    assert_int_equal(sl_config_load(&cfg, fx->dotenv, &err), -1);
+    assert_string_equal(err.message, "SANDBOX_INTERNAL_TOKEN: must be at least 32 characters "
+                                     "outside the local environment");
+    assert_null(strstr(err.detail, "s3cret"));
+    setenv("SANDBOX_INTERNAL_TOKEN", "s3cret-token-0123456789abcdef0123", 1);
     setenv("SANDBOX_ZONE", "z1", 1);
     setenv("SANDBOX_REGION", "r1", 1);
     load_ok(fx, &cfg);
-    assert_string_equal(cfg.internal_token, "s3cret-token");
+    assert_false(cfg.token_short);
+    assert_string_equal(cfg.internal_token, "s3cret-token-0123456789abcdef0123");
     assert_false(cfg.token_generated);
     assert_string_equal(cfg.env_type, "PROD-z1-r1");
     sl_config_free(&cfg);
@@ -772,10 +779,16 @@ static void test_token_generated(void **state)
     assert_int_equal(strlen(a.internal_token), 43);
     sl_config_free(&a);
 
-    setenv("SANDBOX_INTERNAL_TOKEN", "given", 1);
+    setenv("SANDBOX_INTERNAL_TOKEN", "given-0123456789abcdef0123456789ab", 1);
     load_ok(fx, &a);
     assert_false(a.token_generated);
-    assert_string_equal(a.internal_token, "given");
+    assert_string_equal(a.internal_token, "given-0123456789abcdef0123456789ab");
+    sl_config_free(&a);
+    /* Locally a short token is accepted, flagged for the startup warning. */
+    setenv("SANDBOX_ENVIRONMENT", "local", 1);
+    setenv("SANDBOX_INTERNAL_TOKEN", "given", 1);
+    load_ok(fx, &a);
+    assert_true(a.token_short);
     sl_config_free(&a);
 }
 
