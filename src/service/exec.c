@@ -260,6 +260,41 @@ static void on_rt_done(struct sl_rt_exec_result *res, void *ctx)
         completion_job(x); /* pool stopping or full: do it here rather than lose it */
 }
 
+/* How long admission waits for the §4.4 locks: an execution that has just
+ * finished writes its record before it lets them go, so a new one admitted
+ * in between finds them held for a moment. */
+#define LOCK_WAIT_US 200000
+#define LOCK_WAIT_STEP_US 2000
+
+/* The locks of an admitted execution, before anything else happens, so a
+ * conflict is a refusal (409, the lock's code) and not a FAILED record
+ * that burns the exec_id: the admission is withdrawn. 0 ok (or the root
+ * cannot be opened: launch records that), -1 refused. */
+static int lock_admitted(struct sl_service *svc, struct svc_exec *x, const char *scope,
+                         struct sl_error *err)
+{
+    struct sl_error open_err = {0};
+    _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, x->sandbox_id, &open_err);
+    if (rootfd < 0)
+        return 0;
+    int64_t until = sl_mono_us() + LOCK_WAIT_US;
+    struct sl_error lock_err = {0};
+    while (take_exec_locks(rootfd, scope, &x->global_fd, &x->scope_fd, &lock_err) < 0) {
+        if (errno != EWOULDBLOCK || sl_mono_us() >= until) {
+            struct sl_error store_err = {0};
+            if (svc->store->ops->exec_withdraw(svc->store, &x->rec, sl_now_us(), &store_err) < 0)
+                sl_errorlog("exec %s/%s: cannot withdraw the refused admission: %s",
+                            x->sandbox_id, x->exec_id, sl_error_text(&store_err));
+            if (err)
+                *err = lock_err;
+            return -1;
+        }
+        sl_error_clear(&lock_err);
+        usleep(LOCK_WAIT_STEP_US);
+    }
+    return 0;
+}
+
 /* Everything between admission and launch (API.md §4.2): locks, the
  * environment, the login profile, the start. A failure here is a FAILED
  * record, not an HTTP error; it is completed inline. Returns whether the
@@ -274,7 +309,8 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         record_failure(&x->rec, "RuntimeError", "SANDBOX_WORKSPACE_LOST");
         return false;
     }
-    if (take_exec_locks(rootfd, req->exec_scope, &x->global_fd, &x->scope_fd, &err) < 0) {
+    if (x->global_fd < 0 &&
+        take_exec_locks(rootfd, req->exec_scope, &x->global_fd, &x->scope_fd, &err) < 0) {
         record_failure(&x->rec, "RuntimeError", err.message);
         return false;
     }
@@ -440,6 +476,10 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
         sl_exec_record_clear(&existing);
         svc_exec_put(x);
         return 0;
+    }
+    if (lock_admitted(svc, x, req->exec_scope, err) < 0) {
+        svc_exec_put(x);
+        return -1;
     }
     svc_live_touch(svc, sandbox_id);
 

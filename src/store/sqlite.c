@@ -78,6 +78,7 @@ enum stmt_id {
     ST_EXEC_EARLIEST,
     ST_EXEC_MARK,
     ST_EXEC_MARK_WORKER,
+    ST_EXEC_WITHDRAW,
     ST_WORKER_UPDATE,
     ST_WORKER_INSERT,
     ST_EXEC_LIST,
@@ -193,6 +194,8 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_EXEC_MARK_WORKER] = "UPDATE " EXEC_TABLE " SET status = ?2, finished_at = ?3, "
                             "termination_reason = ?4 "
                             "WHERE worker_id = ?1 AND status = 'RUNNING'",
+    [ST_EXEC_WITHDRAW] = "DELETE FROM " EXEC_TABLE " WHERE sandbox_id = ?1 AND exec_id = ?2 "
+                         "AND generation = ?3 AND status = 'RUNNING'",
     [ST_WORKER_UPDATE] = "UPDATE " WORKER_TABLE " SET worker_epoch = ?2, endpoint = ?3, "
                          "status = ?4, capacity = ?5, running_sessions = ?6, profile_hash = ?7, "
                          "heartbeat_at = ?8, updated_at = ?8 WHERE worker_id = ?1",
@@ -1437,11 +1440,14 @@ static int earliest_running(struct sqlite_store *st, const struct sl_exec_record
     return 0;
 }
 
-static int finish_locked(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
-                         struct sl_error *err)
+/* The route after one of its executions left RUNNING (finished or
+ * withdrawn): active_exec_id is the earliest still running, status RUNNING
+ * or READY accordingly. */
+static int route_after_exec_locked(struct sqlite_store *st, const struct sl_exec_record *rec,
+                                   int64_t now, struct sl_error *err)
 {
     _cleanup_free_ char *active = NULL;
-    if (finish_record(st, rec, now, err) < 0 || earliest_running(st, rec, &active, err) < 0)
+    if (earliest_running(st, rec, &active, err) < 0)
         return -1;
     /* The WHERE on generation is the "route moved on => nothing written" rule. */
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_FINISH, err);
@@ -1456,6 +1462,43 @@ static int finish_locked(struct sqlite_store *st, const struct sl_exec_record *r
     if (bind_done(st, &b, err) < 0)
         return -1;
     return run(st, stmt, err) < 0 ? sl_error_wrap(err, "update route") : 0;
+}
+
+static int finish_locked(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
+                         struct sl_error *err)
+{
+    if (finish_record(st, rec, now, err) < 0)
+        return -1;
+    return route_after_exec_locked(st, rec, now, err);
+}
+
+static int withdraw_locked(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
+                           struct sl_error *err)
+{
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_WITHDRAW, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, rec->sandbox_id);
+    bind_text(&b, 2, rec->exec_id);
+    bind_int64(&b, 3, rec->generation);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    int removed = run(st, stmt, err);
+    if (removed < 0 || route_after_exec_locked(st, rec, now, err) < 0)
+        return -1;
+    return removed > 0;
+}
+
+static int sqlite_exec_withdraw(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
+                                struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    if (tx_begin(st, err) < 0)
+        return -1;
+    int r = withdraw_locked(st, rec, now, err);
+    return tx_end(st, r < 0 ? -1 : 0, err) < 0 ? -1 : r;
 }
 
 static int sqlite_exec_finish(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
@@ -1580,6 +1623,7 @@ static const struct sl_store_ops sqlite_ops = {
     .route_reapable = sqlite_route_reapable,
     .worker_list = sqlite_worker_list,
     .exec_finish = sqlite_exec_finish,
+    .exec_withdraw = sqlite_exec_withdraw,
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,
     .worker_upsert = sqlite_worker_upsert,

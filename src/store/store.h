@@ -187,6 +187,12 @@ struct sl_store_ops {
      * on. */
     int (*exec_finish)(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                        struct sl_error *err);
+    /* Undo an admission whose command never started (its locks stayed
+     * busy): the RUNNING record of (sandbox_id, exec_id, generation) is
+     * deleted, so the exec_id can be used again, and the route is
+     * recomputed as after a finish. 1 removed, 0 none, -1 error. */
+    int (*exec_withdraw)(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
+                         struct sl_error *err);
     /* Mark every RUNNING execution of (sandbox_id, generation) with `status`
      * (e.g. WORKER_LOST), termination_reason = reason (NULL or "" = NULL) and
      * finished_at = now. Returns rows changed. */

@@ -1020,6 +1020,44 @@ static void test_exec_finish(void **state)
     sl_route_clear(&route);
 }
 
+/* An admission withdrawn before its command started (its locks stayed
+ * busy): the record is gone, the id can be admitted again, the route is
+ * recomputed; a finished record is never withdrawn. */
+static void test_exec_withdraw(void **state)
+{
+    struct fixture *f = *state;
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    route_put(s, "sb-w", 40009, 1, "READY");
+    const char *code = NULL;
+    assert_int_equal(admit(s, "sb-w", "exec-a", 1, "s1", 8, T0 + 100, &code), SL_ADMIT_ADMITTED);
+    assert_int_equal(admit(s, "sb-w", "exec-b", 1, "s2", 8, T0 + 200, &code), SL_ADMIT_ADMITTED);
+    struct sl_exec_record rec;
+    exec_make(&rec, "sb-w", "exec-a", 1, "s1", T0 + 100);
+    assert_int_equal(s->ops->exec_withdraw(s, &rec, T0 + 300, &err), 1);
+    struct sl_exec_record got = {0};
+    assert_int_equal(s->ops->exec_get(s, "sb-w", "exec-a", &got, &err), 0);
+    struct sl_route route;
+    route_fetch(s, "sb-w", &route);
+    assert_string_equal(route.status, "RUNNING");
+    assert_string_equal(route.active_exec_id, "exec-b");
+    sl_route_clear(&route);
+    /* Twice: nothing left to withdraw. */
+    assert_int_equal(s->ops->exec_withdraw(s, &rec, T0 + 310, &err), 0);
+    assert_int_equal(admit(s, "sb-w", "exec-a", 1, "s1", 8, T0 + 400, &code), SL_ADMIT_ADMITTED);
+    finish(s, "sb-w", "exec-a", 1, "SUCCEEDED", 0, T0 + 500);
+    assert_int_equal(s->ops->exec_withdraw(s, &rec, T0 + 600, &err), 0);
+    assert_int_equal(s->ops->exec_get(s, "sb-w", "exec-a", &got, &err), 1);
+    assert_string_equal(got.status, "SUCCEEDED");
+    sl_exec_record_clear(&got);
+    sl_exec_record_clear(&rec);
+    finish(s, "sb-w", "exec-b", 1, "SUCCEEDED", 0, T0 + 700);
+    route_fetch(s, "sb-w", &route);
+    assert_string_equal(route.status, "READY");
+    assert_null(route.active_exec_id);
+    sl_route_clear(&route);
+}
+
 static void test_exec_finish_route_moved_on(void **state)
 {
     struct sl_store *s = ((struct fixture *)*state)->store;
@@ -1318,6 +1356,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exec_admit_parallel_limit, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_scope_rules, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_admit_stale_and_suspended, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_withdraw, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_finish, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_finish_route_moved_on, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_mark_running, setup_ready, teardown),
