@@ -188,9 +188,11 @@ static void complete(struct svc_exec *x, int64_t duration_ms)
     struct sl_exec_record *rec = &x->rec;
     rec->finished_at = sl_now_us();
     struct sl_error store_err = {0};
-    if (svc->store->ops->exec_finish(svc->store, rec, rec->finished_at, &store_err) < 0)
-        sl_errorlog("exec %s/%s: cannot record the result: %s", x->sandbox_id, x->exec_id,
-                    sl_error_text(&store_err));
+    if (svc->store->ops->exec_finish(svc->store, rec, rec->finished_at, &store_err) < 0) {
+        sl_errorlog("exec %s/%s: cannot record the result (retried every second): %s",
+                    x->sandbox_id, x->exec_id, sl_error_text(&store_err));
+        svc_finish_retry_add(svc, rec);
+    }
     /* The locks go with the record written: a file call that sees them
      * free also sees the route READY. */
     if (x->global_fd >= 0)

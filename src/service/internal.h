@@ -70,6 +70,11 @@ struct sl_service {
     struct sl_pool *completions;
     atomic_bool shutting_down;
 
+    /* completion writes that failed, retried by the loop (finish_retry.c) */
+    pthread_mutex_t finish_lock;
+    struct svc_pending_finish *finish_pending;
+    size_t finish_pending_n;
+
     /* heartbeat / maintenance */
     pthread_t loop_thread;
     bool loop_started;
@@ -168,6 +173,17 @@ int svc_execs_start(struct sl_service *svc, struct sl_error *err);
 void svc_execs_close(struct sl_service *svc);
 
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
+
+/* finish_retry.c: failed completion writes, retried every second by the
+ * service loop until they land. */
+#define SVC_FINISH_RETRY_MAX 10000
+#define SVC_FINISH_RETRY_FOR_US (3600 * 1000000LL)
+#define SVC_FINISH_RETRY_EVERY_US 1000000
+struct svc_pending_finish;
+void svc_finish_retry_add(struct sl_service *svc, const struct sl_exec_record *rec);
+void svc_finish_retry_run(struct sl_service *svc);
+size_t svc_finish_retry_pending(struct sl_service *svc);
+void svc_finish_retry_free(struct sl_service *svc);
 json_t *svc_disk_json(const struct sl_disk_status *d);
 
 #endif

@@ -242,6 +242,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->loop_lock, NULL);
+    pthread_mutex_init(&svc->finish_lock, NULL);
     /* The loop computes its deadlines on CLOCK_MONOTONIC; the condition
      * variable must wait on the same clock (the default, CLOCK_REALTIME,
      * would see every monotonic deadline as long past and spin). */
@@ -379,10 +380,17 @@ static void *service_loop(void *arg)
     int64_t beat_every = (int64_t)(cfg->heartbeat_interval_seconds * 1e6);
     int64_t maint_every = (int64_t)(cfg->maintenance_interval_seconds * 1e6);
     int64_t next_beat = sl_mono_us() + beat_every, next_maint = sl_mono_us();
+    int64_t next_retry = 0;
     pthread_mutex_lock(&svc->loop_lock);
     while (!svc->stopping) {
         int64_t now = sl_mono_us();
         int64_t wake = next_beat < next_maint ? next_beat : next_maint;
+        /* Completion writes that failed: every second while any wait. */
+        bool retrying = svc_finish_retry_pending(svc) > 0;
+        if (retrying && !next_retry)
+            next_retry = now + SVC_FINISH_RETRY_EVERY_US;
+        if (retrying && next_retry < wake)
+            wake = next_retry;
         if (now < wake) {
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -398,6 +406,10 @@ static void *service_loop(void *arg)
         }
         pthread_mutex_unlock(&svc->loop_lock);
         struct sl_error err = {0};
+        if (retrying && now >= next_retry) {
+            svc_finish_retry_run(svc);
+            next_retry = 0;
+        }
         if (now >= next_beat) {
             if (heartbeat(svc, NULL, &err) < 0)
                 sl_warn("heartbeat failed: %s", sl_error_text(&err));
@@ -534,6 +546,9 @@ void sl_service_close(struct sl_service *svc)
     /* Running commands end CANCELLED and are recorded while the store is
      * still open. */
     svc_execs_close(svc);
+    if (svc_finish_retry_pending(svc) > 0)
+        svc_finish_retry_run(svc); /* one last try while the store is open */
+    svc_finish_retry_free(svc);
     if (svc->runtime)
         sl_rt_close(svc->runtime);
     if (svc->registry)
@@ -550,6 +565,7 @@ void sl_service_close(struct sl_service *svc)
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
     pthread_mutex_destroy(&svc->loop_lock);
+    pthread_mutex_destroy(&svc->finish_lock);
     pthread_cond_destroy(&svc->loop_cond);
     free(svc);
 }

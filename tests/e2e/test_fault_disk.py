@@ -9,6 +9,7 @@ heartbeat's cached reading).
 """
 import base64
 import subprocess
+import threading
 import tempfile
 import time
 import uuid
@@ -79,3 +80,83 @@ def test_a_full_disk_is_a_clear_answer(daemon_factory, small_disk):
     assert sb.rm("/workspace/fill").status == 200
     assert sb.write("/workspace/big.bin", b"y" * (2 * MiB)).status == 200
     assert other.connect().status == 200
+
+
+@pytest.fixture
+def db_disk():
+    mnt = Path(tempfile.mkdtemp(prefix="sandloom-dbdisk-"))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0711", "tmpfs", str(mnt)],
+                   check=True)
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        mnt.rmdir()
+
+
+def fill(path):
+    """Fill the filesystem of `path` to its last block (returns the filler)."""
+    filler = path / ".filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_failed_completion_write_is_retried_and_unwedges_the_sandbox(daemon_factory, db_disk):
+    """Fault 2: the database write at a command's end fails (its disk is
+    full). The client's answer is what ran; the record is written again every
+    second, and once space is back the record lands and the sandbox takes
+    commands and suspends again, without a restart (before: RUNNING forever,
+    every later exec and suspend busy)."""
+    d = daemon_factory({"SANDBOX_DATABASE_URL": f"sqlite:///{db_disk}/sandloom.db"})
+    c = d.client()
+    sb, r = ready(c, "dbfull")
+    assert r.status == 200, r
+    # The disk fills while the command runs (it signals its start with a
+    # file); its 256 KiB of output then need pages the database cannot get.
+    def fill_once_started():
+        if wait_file(d, sb, "go"):
+            fill(db_disk)
+
+    filler = threading.Thread(target=fill_once_started)
+    filler.start()
+    exec_id = "x-" + uuid.uuid4().hex
+    r = sb.exec(["sh", "-c", "touch /workspace/go; sleep 1.5; head -c 262144 /dev/zero | tr '\\0' a"],
+                exec_id=exec_id, exec_scope="one", timeout=60)
+    filler.join(30)
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    assert len(r.body["stdout"]) == 262144
+    # The stored record could not be written: it still says RUNNING.
+    poll = sb.c.get(f"{sb.path}/exec/{exec_id}", params={"generation": sb.generation})
+    assert poll.status == 200 and poll.body["status"] == "RUNNING", poll
+    assert "cannot record the result" in d.stderr()
+
+    # Space back: within a few seconds the record lands and the route is free.
+    (db_disk / ".filler").unlink()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        poll = sb.c.get(f"{sb.path}/exec/{exec_id}", params={"generation": sb.generation})
+        if poll.status == 200 and poll.body["status"] == "SUCCEEDED":
+            break
+        time.sleep(0.2)
+    assert poll.body["status"] == "SUCCEEDED" and len(poll.body["stdout"]) == 262144, poll
+    r = sb.exec(["echo", "again"], exec_scope="one")
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.c.post(f"{sb.path}/suspend", json={"generation": sb.generation})
+    assert r.status == 200, r
+    assert "result recorded after" in d.stderr()
+
+
+def wait_file(d, sb, name, timeout=10):
+    path = d.sandbox_root / sb.id / "workspace" / name
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return True
+        time.sleep(0.01)
+    return False
