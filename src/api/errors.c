@@ -37,6 +37,7 @@ static const struct code_status TABLE[] = {
     {SL_E_TOO_LARGE, 413},
     {SL_E_INVALID_REQUEST, 422},
     {SL_E_PARALLEL_EXEC_LIMIT, 429},
+    {SL_E_LIST_BUSY, 429},
     {SL_E_INTERNAL, 500},
     {SL_E_DISK_FULL, 507},
     {"SANDBOX_TEMPLATES_UNSUPPORTED", 501},

@@ -138,8 +138,12 @@ json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t
         return NULL;
     if (limit > svc->cfg->max_list_entries)
         limit = svc->cfg->max_list_entries;
+    if (svc_live_listing_enter(svc, sandbox_id, err) < 0)
+        return NULL;
     struct sl_ws_listing l = {0};
-    if (ws_file_list(&t, path.s, path.len, limit, offset, &l, err) < 0)
+    int listed = ws_file_list(&t, path.s, path.len, limit, offset, &l, err);
+    svc_live_listing_leave(svc, sandbox_id);
+    if (listed < 0)
         return NULL;
     json_t *entries = json_array();
     for (size_t i = 0; i < l.n; i++) {

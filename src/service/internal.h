@@ -21,6 +21,7 @@ struct sl_live {
     uid_t uid;
     bool destroying;
     int64_t last_activity_us;
+    int listings; /* directory listings in progress (SVC_MAX_LISTINGS_PER_SANDBOX) */
     /* Attached templates (API.md §3.13): array of records, each with its
      * "local_path"; NULL = none. Owned by the entry. */
     json_t *templates;
@@ -108,6 +109,13 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
 bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id);
 void svc_live_remove(struct sl_service *svc, const char *sandbox_id);
 void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
+/* A directory listing reads a whole directory (however large) on a handler
+ * thread: one sandbox may run only this many at once, so it cannot take
+ * the handler pool from everyone else. enter: 0, or -1 with
+ * SANDBOX_FILE_LIST_BUSY (429); leave after every successful enter. */
+#define SVC_MAX_LISTINGS_PER_SANDBOX 2
+int svc_live_listing_enter(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+void svc_live_listing_leave(struct sl_service *svc, const char *sandbox_id);
 /* Live on this worker (or being destroyed)? */
 bool svc_live_exists(struct sl_service *svc, const char *sandbox_id);
 /* Replace the attached-template array (steals `templates`); -1 if not live. */

@@ -730,6 +730,31 @@ void svc_live_touch(struct sl_service *svc, const char *sandbox_id)
     pthread_mutex_unlock(&svc->live_lock);
 }
 
+int svc_live_listing_enter(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    bool busy = l && l->listings >= SVC_MAX_LISTINGS_PER_SANDBOX;
+    if (l && !busy)
+        l->listings++;
+    pthread_mutex_unlock(&svc->live_lock);
+    if (busy)
+        return sl_error_set(err, SL_E_LIST_BUSY, 0,
+                            "too many directory listings of this sandbox at once (%d); retry "
+                            "shortly",
+                            SVC_MAX_LISTINGS_PER_SANDBOX);
+    return 0;
+}
+
+void svc_live_listing_leave(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (l && l->listings > 0)
+        l->listings--;
+    pthread_mutex_unlock(&svc->live_lock);
+}
+
 int svc_live_count(struct sl_service *svc)
 {
     pthread_mutex_lock(&svc->live_lock);

@@ -420,9 +420,45 @@ static DIR *ws_opendir_dup(int dirfd)
     return d;
 }
 
-/* All names of the directory but "." and ".."; 0 or an errno value. */
-static int ws_read_names(int dirfd, struct ws_names *out)
+/* Max-heap on strcmp: items[0] is the largest name kept. */
+static void heap_sift_down(char **h, size_t n, size_t i)
 {
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && strcmp(h[l], h[m]) > 0)
+            m = l;
+        if (r < n && strcmp(h[r], h[m]) > 0)
+            m = r;
+        if (m == i)
+            return;
+        char *t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+static void heap_sift_up(char **h, size_t i)
+{
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (strcmp(h[i], h[parent]) <= 0)
+            return;
+        char *t = h[i];
+        h[i] = h[parent];
+        h[parent] = t;
+        i = parent;
+    }
+}
+
+/* The `keep` smallest names of the directory (but "." and "..") in
+ * *out, unsorted, and how many names it has in all in *total: one pass,
+ * memory for `keep` names whatever the directory holds (a page of a
+ * 300,000-entry directory must not read all of it into memory). 0 or an
+ * errno value. */
+static int ws_read_smallest(int dirfd, size_t keep, struct ws_names *out, uint64_t *total)
+{
+    *total = 0;
     _cleanup_closedir_ DIR *d = ws_opendir_dup(dirfd);
     if (!d)
         return errno;
@@ -433,8 +469,25 @@ static int ws_read_names(int dirfd, struct ws_names *out)
             return errno;
         if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
             continue;
+        (*total)++;
+        if (keep == 0)
+            continue;
+        if (out->len == keep) {
+            /* Full: a name only gets in by replacing the largest kept. */
+            if (strcmp(de->d_name, out->items[0]) >= 0)
+                continue;
+            char *name = strdup(de->d_name);
+            if (!name)
+                return ENOMEM;
+            free(out->items[0]);
+            out->items[0] = name;
+            heap_sift_down(out->items, out->len, 0);
+            continue;
+        }
         if (out->len == out->cap) {
             size_t ncap = out->cap ? out->cap * 2 : 64;
+            if (ncap > keep)
+                ncap = keep;
             char **items = realloc(out->items, ncap * sizeof(*items));
             if (!items)
                 return ENOMEM;
@@ -444,6 +497,7 @@ static int ws_read_names(int dirfd, struct ws_names *out)
         if (!(out->items[out->len] = strdup(de->d_name)))
             return ENOMEM;
         out->len++;
+        heap_sift_up(out->items, out->len - 1);
     }
 }
 
@@ -489,16 +543,19 @@ int ws_file_list(const struct sl_ws_target *t, const char *path, size_t path_len
     if (dir < 0)
         return ws_walk_failed(err, errno, MSG_NO_SUCH, MSG_NOT_DIR, "list", &p);
 
+    uint64_t first = offset < 0 ? 0 : (uint64_t)offset;
+    uint64_t count = limit < 0 ? 0 : (uint64_t)limit;
+    /* Only the first offset + limit names in order are ever needed. */
+    uint64_t want = first + count < first ? UINT64_MAX : first + count;
     _cleanup_names_ struct ws_names names = {0};
-    int rc = ws_read_names(dir, &names);
+    uint64_t total = 0;
+    int rc = ws_read_smallest(dir, want > SIZE_MAX / 2 ? SIZE_MAX / 2 : (size_t)want, &names,
+                              &total);
     if (rc)
         return ws_fail_os(err, rc, "list", &p);
     if (names.len > 1)
         qsort(names.items, names.len, sizeof(*names.items), ws_name_cmp);
 
-    uint64_t total = names.len;
-    uint64_t first = offset < 0 ? 0 : (uint64_t)offset;
-    uint64_t count = limit < 0 ? 0 : (uint64_t)limit;
     uint64_t end = first >= total ? first : (count > total - first ? total : first + count);
     out->total = (int64_t)total;
     out->has_more = first < total && count < total - first;
@@ -510,7 +567,7 @@ int ws_file_list(const struct sl_ws_target *t, const char *path, size_t path_len
     out->entries = calloc(end - first, sizeof(*out->entries));
     if (!out->entries)
         return ws_fail_os(err, ENOMEM, "list", &p);
-    for (uint64_t i = first; i < end; i++) {
+    for (uint64_t i = first; i < end && i < names.len; i++) {
         const char *name = names.items[i];
         struct stat st;
         if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {

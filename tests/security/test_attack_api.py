@@ -11,7 +11,8 @@ import secrets
 import threading
 import time
 
-from sec_helpers import probe
+from sandloom_client import Sandbox
+from sec_helpers import probe, run
 
 GUESS_SECONDS = 4
 GUESS_THREADS = 4
@@ -89,3 +90,79 @@ def test_token_guessing_from_a_sandbox_is_slowed_and_logged(daemon_factory, make
     assert 1 <= len(lines) <= GUESS_SECONDS // 10 + 2, lines
     assert re.search(r"from 127\.0\.0\.1", lines[0]), lines
     assert marker not in log, "a guessed token reached the log"
+
+
+def _rss_kib(pid, field="VmHWM"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_listing_a_huge_directory_costs_memory_by_limit_not_by_size(daemon, make_sandbox):
+    """Attack 13: with 300,000 entries, one list?limit=1 took 2.4 s and 16 at
+    once pushed the daemon from 17 MB to 1,180 MB while another tenant's
+    list waited 16 s. Here 100,000 entries with 200-character names (the
+    same effect: the old code held ~21 MB per listing). A page now costs
+    memory for offset + limit names, and a sandbox runs at most two
+    listings at once (the rest: 429 SANDBOX_FILE_LIST_BUSY)."""
+    sb = make_sandbox(daemon)
+    other = make_sandbox(daemon)
+    n = 100_000
+    r = run(sb, ["python3", "-c", f"""
+import os
+os.mkdir("/workspace/huge")
+fd = os.open("/workspace/huge", os.O_RDONLY | os.O_DIRECTORY)
+for i in range({n}):
+    os.close(os.open(f"{{i:07d}}" + "x" * 193, os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd))
+print("made")
+"""], timeout_seconds=120)
+    assert r["stdout"].strip() == "made", r
+    r = sb.list("/workspace/huge", limit=1)
+    assert r.status == 200, r
+    assert r.body["total"] == n and r.body["has_more"] is True, r.body["total"]
+    assert [e["name"] for e in r.body["entries"]] == ["0000000" + "x" * 193]
+    r = sb.list("/workspace/huge", limit=2, offset=n - 1)
+    assert [e["name"] for e in r.body["entries"]] == [f"{n - 1:07d}" + "x" * 193], r.body
+    assert r.body["has_more"] is False
+
+    pid = daemon.proc.pid
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # resets the peak RSS
+    base = _rss_kib(pid, "VmRSS")
+    statuses, other_times = [], []
+    stop = threading.Event()
+
+    def attack():
+        c = daemon.client()
+        s = Sandbox(c, sb.id, sb.scope)
+        s.generation = sb.generation
+        r = s.list("/workspace/huge", limit=1)
+        statuses.append(r.status if r.status != 429 else r.body["detail"]["code"])
+
+    def neighbour():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            r = other.list("/workspace")
+            other_times.append((time.monotonic() - t0, r.status))
+            time.sleep(0.05)
+
+    nb = threading.Thread(target=neighbour)
+    nb.start()
+    threads = [threading.Thread(target=attack) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    stop.set()
+    nb.join(10)
+    peak = _rss_kib(pid)
+    grown_mib = (peak - base) / 1024
+    print(f"\n16 listings of {n} entries at once: peak RSS +{grown_mib:.1f} MiB; "
+          f"answers {sorted(set(map(str, statuses)))}")
+    assert len(statuses) == 16 and set(statuses) <= {200, "SANDBOX_FILE_LIST_BUSY"}, statuses
+    assert statuses.count(200) >= 1, statuses
+    assert grown_mib < 32, f"the daemon grew by {grown_mib:.0f} MiB listing one directory"
+    assert other_times and all(s == 200 for _, s in other_times), other_times
+    assert max(t for t, _ in other_times) < 1.0, other_times
