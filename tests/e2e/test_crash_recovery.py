@@ -77,7 +77,8 @@ def test_kill_9_with_50_commands_in_flight(daemon_factory, level):
                    for sb in boxes for n in range(PER_SANDBOX))
 
     assert wait_until(all_started, 30), "not every command started"
-    assert all(len(uid_pids(u)) >= 3 * PER_SANDBOX for u in uids), \
+    # A command writes its file before it forks its sleeps: wait for those.
+    assert wait_until(lambda: all(len(uid_pids(u)) >= 3 * PER_SANDBOX for u in uids), 10), \
         {u: len(uid_pids(u)) for u in uids}
 
     os.killpg(d1.proc.pid, signal.SIGKILL)
