@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "api/auth_guard.h"
+#include "api/conn_guard.h"
 #include "api/errors.h"
 #include "api/mcp.h"
 #include "api/router.h"
@@ -45,6 +46,12 @@ struct sl_http {
     size_t expected_len;
     struct sl_auth_guard *auth_guard;
     int64_t free_failures;
+    struct sl_conn_guard *conn_guard;
+    /* rate-limited libmicrohttpd log lines */
+    pthread_mutex_t log_lock;
+    int64_t log_window_us;
+    int log_lines;
+    int64_t log_suppressed;
     struct penalty_queue penalty;
 };
 
@@ -254,6 +261,8 @@ static void run_handler(void *arg)
     answer(st, &resp);
 }
 
+static bool ambiguous_length(struct MHD_Connection *conn);
+
 static void *penalty_main(void *arg)
 {
     struct sl_http *http = arg;
@@ -355,6 +364,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     struct conn_state *st = *con_cls;
 
     if (!st) {
+        const union MHD_ConnectionInfo *sc =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        if (sc && sc->socket_context)
+            sl_conn_guard_request_begin(http->conn_guard, sc->socket_context);
         st = calloc(1, sizeof(*st));
         if (!st)
             return MHD_NO;
@@ -363,6 +376,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->pathbuf = strdup(url);
         if (!st->pathbuf)
             return MHD_NO;
+        /* Request smuggling: two Content-Length headers (libmicrohttpd
+         * takes the first), or one beside Transfer-Encoding, mean two
+         * parties may read two different requests here. */
+        if (ambiguous_length(conn)) {
+            st->phase = PH_DONE;
+            return queue_error(conn, SL_E_INVALID_ARGUMENT,
+                               "ambiguous request length: repeated Content-Length, or "
+                               "Content-Length with Transfer-Encoding",
+                               NULL);
+        }
         char allow[64];
         enum sl_match m = sl_router_match(method, st->pathbuf, &st->route, st->params,
                                           &st->nparams, allow, sizeof(allow));
@@ -434,9 +457,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
+    struct sl_http *http = cls;
     (void)toe;
+    const union MHD_ConnectionInfo *sc =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    if (sc && sc->socket_context)
+        sl_conn_guard_request_end(http->conn_guard, sc->socket_context);
     struct conn_state *st = *con_cls;
     if (!st)
         return;
@@ -446,15 +472,84 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* libmicrohttpd's own messages ("connection limit reached", a client that
+ * went away...): at most LOG_BURST lines per LOG_WINDOW_US, then one line
+ * saying how many were left out, so a flood of bad connections cannot
+ * flood the log (one wave of an attack wrote 12,000 lines). */
+#define LOG_BURST 20
+#define LOG_WINDOW_US (10 * 1000000LL)
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
-    (void)cls;
+    struct sl_http *http = cls;
+    int64_t now = sl_mono_us();
+    long long suppressed = 0;
+    pthread_mutex_lock(&http->log_lock);
+    if (now - http->log_window_us >= LOG_WINDOW_US) {
+        suppressed = http->log_suppressed;
+        http->log_window_us = now;
+        http->log_lines = 0;
+        http->log_suppressed = 0;
+    }
+    bool keep = http->log_lines < LOG_BURST;
+    if (keep)
+        http->log_lines++;
+    else
+        http->log_suppressed++;
+    pthread_mutex_unlock(&http->log_lock);
+    if (suppressed)
+        sl_warn("http: %lld more libmicrohttpd messages left out in the last %lld s", suppressed,
+                (long long)(LOG_WINDOW_US / 1000000));
+    if (!keep)
+        return;
     char line[512];
     vsnprintf(line, sizeof(line), fmt, ap);
     size_t n = strlen(line);
     while (n && (line[n - 1] == '\n' || line[n - 1] == '\r'))
         line[--n] = '\0';
     sl_warn("http: %s", line);
+}
+
+/* Accepted and closed connections: the budget and header timeout of
+ * api/conn_guard.h. The tracker lives in MHD's socket context. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct sl_http *http = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        bool refused = false;
+        *socket_context = ci ? sl_conn_guard_open(http->conn_guard, ci->connect_fd, &refused)
+                             : NULL;
+        return;
+    }
+    sl_conn_guard_close(http->conn_guard, *socket_context);
+    *socket_context = NULL;
+}
+
+struct header_count {
+    int content_length, transfer_encoding;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    struct header_count *c = cls;
+    (void)kind;
+    (void)value;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        c->content_length++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        c->transfer_encoding++;
+    return MHD_YES;
+}
+
+static bool ambiguous_length(struct MHD_Connection *conn)
+{
+    struct header_count c = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &c);
+    return c.content_length > 1 || (c.content_length && c.transfer_encoding);
 }
 
 /* Answers every delayed 401 at once and joins the thread. */
@@ -526,6 +621,24 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         return NULL;
     }
     http->penalty.started = true;
+    pthread_mutex_init(&http->log_lock, NULL);
+    unsigned limit = connection_limit();
+    struct sl_conn_guard_limits guard = {
+        .sandbox_uid_first = (uid_t)cfg->uid_start,
+        .sandbox_uid_last = (uid_t)cfg->uid_end,
+        .per_sandbox = (int)cfg->max_connections_per_sandbox,
+        .sandboxes_total = (int)(limit / 2),
+        .header_timeout_us = cfg->http_header_timeout_seconds * 1000000,
+    };
+    http->conn_guard = sl_conn_guard_new(&guard);
+    if (!http->conn_guard) {
+        penalty_free(http);
+        pthread_mutex_destroy(&http->log_lock);
+        free(http->expected_auth);
+        free(http);
+        sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the connection guard");
+        return NULL;
+    }
 
     char port[16];
     snprintf(port, sizeof(port), "%d", cfg->port);
@@ -536,6 +649,8 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     if (gai != 0 || !ai) {
         sl_error_set(err, SL_E_CONFIG, 0, "SANDBOX_HOST: cannot resolve the bind address");
         penalty_free(http);
+        sl_conn_guard_free(http->conn_guard);
+        pthread_mutex_destroy(&http->log_lock);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -545,6 +660,8 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         freeaddrinfo(ai);
         sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the request handler threads");
         penalty_free(http);
+        sl_conn_guard_free(http->conn_guard);
+        pthread_mutex_destroy(&http->log_lock);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -556,22 +673,24 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
                      MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned limit = connection_limit();
     http->daemon = MHD_start_daemon(
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, http, MHD_OPTION_EXTERNAL_LOGGER,
-        on_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, NULL, MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SL_HTTP_IO_THREADS,
+        on_mhd_log, http, MHD_OPTION_SOCK_ADDR, ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, http, MHD_OPTION_NOTIFY_CONNECTION, on_connection, http,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)SL_HTTP_IO_THREADS,
         MHD_OPTION_CONNECTION_LIMIT, limit,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        /* Larger per-connection buffers mean fewer upload callbacks for the
-         * 45 MiB file bodies the API allows. */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_END);
+        /* Bounded: a client that sends 200 KB of headers and waits held
+         * 200 KB here with a 256 KiB buffer (http.h). */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SL_HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!http->daemon) {
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
         sl_pool_free(http->handlers);
         penalty_free(http);
+        sl_conn_guard_free(http->conn_guard);
+        pthread_mutex_destroy(&http->log_lock);
         free(http->expected_auth);
         free(http);
         return NULL;
@@ -591,6 +710,8 @@ void sl_http_stop(struct sl_http *http)
     sl_pool_free(http->handlers);
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
+    sl_conn_guard_free(http->conn_guard);
+    pthread_mutex_destroy(&http->log_lock);
     free(http->expected_auth);
     free(http);
 }

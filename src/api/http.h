@@ -21,8 +21,14 @@ struct sl_http;
  * into a huge tree in memory (no request of the API needs more than a
  * handful). */
 #define SL_HTTP_MAX_JSON_CONTAINERS 256
-/* Upper bound; the real limit also follows RLIMIT_NOFILE (http.c). */
-#define SL_HTTP_MAX_CONNECTIONS 16384
+/* Upper bound; the real limit also follows RLIMIT_NOFILE (http.c). With
+ * SL_HTTP_CONNECTION_MEMORY each, what connections that have not even
+ * authenticated can make the daemon hold is bounded: 4096 x 64 KiB =
+ * 256 MiB at the very worst (an idle one costs about 5 KiB). */
+#define SL_HTTP_MAX_CONNECTIONS 4096
+/* libmicrohttpd's buffer per connection: the request line and headers must
+ * fit in it (beyond: its own 431), and bodies stream through it. */
+#define SL_HTTP_CONNECTION_MEMORY (64 * 1024)
 #define SL_HTTP_IO_THREADS 2
 #define SL_HTTP_HANDLER_THREADS 16
 /* Requests waiting for a handler thread; beyond it: 503. */

@@ -169,6 +169,13 @@ static const struct config_var config_vars[] = {
     /* Ours: failed authentications a peer gets answered at once per minute;
      * past that each 401 comes SL_AUTH_PENALTY_MS late (api/auth_guard.h). */
     V_INT("SANDBOX_AUTH_FAILURES_PER_MINUTE", auth_failures_per_minute, "10", 0, NOLIM),
+    /* Ours: a connection waiting this long for a request's headers is
+     * closed (api/conn_guard.h); 0 = only libmicrohttpd's 120 s idle limit. */
+    V_INT("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", http_header_timeout_seconds, "10", 0, 3600),
+    /* Ours: connections one sandbox's uid may hold to the API at once
+     * (host network mode reaches it); all sandboxes together get half the
+     * connection limit. */
+    V_INT("SANDBOX_MAX_CONNECTIONS_PER_SANDBOX", max_connections_per_sandbox, "32", 1, 16384),
 
     /* 2.3 workspace and lifecycle */
     V_STR("SANDBOX_LOCAL_ROOT", local_root, "/var/lib/agent-sandbox/sandboxes", 0),

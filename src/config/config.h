@@ -89,6 +89,8 @@ struct sl_config {
     int64_t max_file_api_bytes;
     int64_t max_list_entries;
     int64_t auth_failures_per_minute;
+    int64_t http_header_timeout_seconds;
+    int64_t max_connections_per_sandbox;
     int64_t max_parallel_execs_per_sandbox;
     struct sl_strlist mcp_allowed_hosts;
 

@@ -11,6 +11,7 @@ import secrets
 import threading
 import time
 
+import sandloom_e2e_conftest as e2e
 from sandloom_client import Sandbox
 from sec_helpers import probe, run
 
@@ -166,3 +167,108 @@ print("made")
     assert grown_mib < 32, f"the daemon grew by {grown_mib:.0f} MiB listing one directory"
     assert other_times and all(s == 200 for _, s in other_times), other_times
     assert max(t for t, _ in other_times) < 1.0, other_times
+
+
+def test_half_open_connections_from_a_sandbox_cannot_take_the_api_down(
+        sandloomd_binary, make_sandbox, tmp_path):
+    """Attack 11: 12 processes x 500 connections that never finish their
+    request line used up the daemon's connection budget: /health and every
+    API call from the host timed out, and each wave wrote ~12,000 log lines.
+    The daemon runs here with RLIMIT_NOFILE 2048 (a budget of 512
+    connections) so the wave is larger than the budget, as it was.
+    Must hold: while the wave holds its connections, /health and another
+    sandbox's calls from the host answer within 1 s; the sandbox holds at
+    most SANDBOX_MAX_CONNECTIONS_PER_SANDBOX of them; after the header
+    timeout the ones it holds are closed by the daemon; the log stays short."""
+    wrapper = tmp_path / "sandloomd-nofile"
+    wrapper.write_text(f"#!/bin/sh\nexec prlimit --nofile=2048:2048 {sandloomd_binary}\n")
+    wrapper.chmod(0o755)
+    d = e2e.Daemon(wrapper, {"SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS": "4"}).spawn()
+    try:
+        d.wait_healthy()
+        _half_open_wave(d, make_sandbox)
+    finally:
+        d.cleanup()
+
+
+def _half_open_wave(d, make_sandbox):
+    attacker = make_sandbox(d)
+    victim = make_sandbox(d)
+    log_before = len(d.stderr())
+    host = d.client()
+    # The wave: 12 processes, 480 connections each, each sends half a
+    # request line and waits; the sandbox reports how many stayed open
+    # after 2 s and after 8 s (past the 4 s header timeout).
+    attack = attacker.exec(["python3", "-c", r'''
+import os, socket, sys, time
+port = int(sys.argv[1])
+kids = []
+for k in range(12):
+    pid = os.fork()
+    if pid == 0:
+        held = []
+        for i in range(480):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=2)
+                s.sendall(b"GET /heal")
+                s.setblocking(False)
+                held.append(s)
+            except OSError:
+                pass
+        def alive():
+            n = 0
+            for s in held:
+                try:
+                    if s.recv(1) == b"":
+                        continue
+                    n += 1
+                except BlockingIOError:
+                    n += 1
+                except OSError:
+                    pass
+            return n
+        time.sleep(2)
+        a = alive()
+        time.sleep(6)
+        b = alive()
+        print(f"{k} {len(held)} {a} {b}", flush=True)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+''', str(d.port)], background=True, timeout_seconds=60)
+    assert attack.status == 200, attack
+    exec_id = attack.body["exec_id"]
+    time.sleep(1.0)  # the wave is up
+    latencies = []
+    t_end = time.monotonic() + 4
+    while time.monotonic() < t_end:
+        t0 = time.monotonic()
+        r = host.get("/health", auth=False)
+        latencies.append(time.monotonic() - t0)
+        assert r.status == 200, r
+        t0 = time.monotonic()
+        r = victim.exec(["echo", "fine"])
+        latencies.append(time.monotonic() - t0)
+        assert r.status == 200 and r.body["stdout"] == "fine\n", r
+        time.sleep(0.2)
+    assert max(latencies) < 1.0, f"the API answered the host slowly during the wave: {latencies}"
+    # The wave's own view.
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline:
+        r = attacker.c.get(f"{attacker.path}/exec/{exec_id}",
+                           params={"generation": attacker.generation})
+        if r.body["status"] != "RUNNING":
+            break
+        time.sleep(0.5)
+    assert r.body["status"] == "SUCCEEDED", r
+    rows = [list(map(int, l.split())) for l in r.body["stdout"].split("\n") if l.strip()]
+    assert len(rows) == 12, r.body
+    alive_early = sum(row[2] for row in rows)
+    alive_late = sum(row[3] for row in rows)
+    print(f"\nhalf-open wave: {sum(row[1] for row in rows)} connected, {alive_early} held after "
+          f"2 s, {alive_late} after 8 s; host latency max {max(latencies) * 1000:.0f} ms")
+    assert alive_early <= 32, rows
+    assert alive_late == 0, rows
+    log = d.stderr()[log_before:]
+    assert len(log.splitlines()) < 40, log[-3000:]
