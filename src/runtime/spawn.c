@@ -72,6 +72,21 @@ static const char *const dev_links[][2] = {
  * the sandbox lacks the capabilities to use them (bubblewrap does the same). */
 static const char *const proc_covered[] = {NEWROOT "/proc/sys", NEWROOT "/proc/sysrq-trigger",
                                            NEWROOT "/proc/irq", NEWROOT "/proc/bus"};
+/* What a sandbox has no need to read about the host's kernel and hardware
+ * (its exact build, loaded modules, kernel addresses, timers of every
+ * process, keys of other users): files covered by /dev/null, directories
+ * by an empty read-only tmpfs, as container runtimes mask them. */
+static const char *const proc_masked_files[] = {
+    NEWROOT "/proc/config.gz",     NEWROOT "/proc/kcore",        NEWROOT "/proc/keys",
+    NEWROOT "/proc/key-users",     NEWROOT "/proc/latency_stats", NEWROOT "/proc/timer_list",
+    NEWROOT "/proc/timer_stats",   NEWROOT "/proc/sched_debug",  NEWROOT "/proc/kallsyms",
+    NEWROOT "/proc/modules",       NEWROOT "/proc/vmallocinfo",  NEWROOT "/proc/slabinfo",
+    NEWROOT "/proc/pagetypeinfo",  NEWROOT "/proc/buddyinfo",    NEWROOT "/proc/iomem",
+    NEWROOT "/proc/ioports",       NEWROOT "/proc/partitions",   NEWROOT "/proc/diskstats",
+};
+static const char *const proc_masked_dirs[] = {NEWROOT "/proc/acpi", NEWROOT "/proc/scsi",
+                                               NEWROOT "/proc/asound", NEWROOT "/proc/driver",
+                                               NEWROOT "/proc/fs"};
 
 /* ------------------------------------------------------------------------ */
 /* Stages of the child, named in the parent's error message.                */
@@ -726,6 +741,25 @@ static void child_proc(const struct spawn_child *c)
                   child_setattr(proc_covered[i], AT_RECURSIVE,
                                 MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
                                     MOUNT_ATTR_NOEXEC));
+    }
+    for (size_t i = 0; i < SL_ARRAY_LEN(proc_masked_files); i++) {
+        if (mount(OLDROOT "/dev/null", proc_masked_files[i], NULL, MS_BIND, NULL) < 0) {
+            if (errno == ENOENT)
+                continue; /* not in this kernel */
+            child_fail(c, STAGE_PROC, -1);
+        }
+        CHILD_TRY(c, STAGE_PROC, -1,
+                  child_setattr(proc_masked_files[i], 0,
+                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                    MOUNT_ATTR_NOEXEC));
+    }
+    for (size_t i = 0; i < SL_ARRAY_LEN(proc_masked_dirs); i++) {
+        if (mount("tmpfs", proc_masked_dirs[i], "tmpfs",
+                  MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0,mode=0555") < 0) {
+            if (errno == ENOENT)
+                continue;
+            child_fail(c, STAGE_PROC, -1);
+        }
     }
 }
 

@@ -595,8 +595,12 @@ json_t *sl_svc_healthz(struct sl_service *svc)
         "running_execs", atomic_load(&svc->running_execs), "capabilities", svc->capabilities,
         "profile_id", cfg->profile_id, "profile_hash", svc->profile_hash, "orphan_reaper", reaper,
         "reclamation", reclamation);
+    /* /healthz needs no token: a file's name, never where it lives (the
+     * state layout is the host's business, not every caller's). */
+    const char *database = svc->store->database;
+    const char *slash = strcmp(svc->store->backend, "sqlite") == 0 ? strrchr(database, '/') : NULL;
     json_t *db = json_pack("{s:s,s:s,s:s}", "backend", svc->store->backend, "database",
-                           svc->store->database, "source",
+                           slash ? slash + 1 : database, "source",
                            cfg->database_url_default ? "default-sqlite" : "url");
     return json_pack("{s:s,s:s,s:{s:b},s:[s],s:o,s:s,s:o,s:o}", "status",
                      fresh && disk.available ? "ok" : "degraded", "mode", "agent-sandbox",

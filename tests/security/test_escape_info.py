@@ -1,0 +1,93 @@
+"""What a sandbox learns about the host (hardening issue, attack 17).
+
+/proc/config.gz gave away the host kernel's exact build, and the
+unauthenticated /healthz named the database's path. Each probe reads from
+inside a real sandbox; the host side is the test process.
+"""
+import json
+import urllib.request
+
+from sec_helpers import assert_proc_as_reported, isolation, probe
+
+MASKED_FILES = ["config.gz", "kcore", "keys", "key-users", "timer_list", "sched_debug",
+                "kallsyms", "modules", "vmallocinfo", "slabinfo", "iomem", "ioports",
+                "partitions", "diskstats", "buddyinfo", "pagetypeinfo"]
+MASKED_DIRS = ["acpi", "scsi", "asound", "driver", "fs"]
+
+
+def test_host_kernel_details_are_masked_in_proc(ready_sandbox):
+    """Attempt: read /proc/config.gz, kallsyms, modules, timer_list, keys,
+    iomem ... and list /proc/acpi, /proc/fs ...; write to them.
+    Must hold (with a private /proc; at basic there is none, asserted): every
+    file that exists on the host reads as empty, every directory lists
+    nothing, nothing is writable; /proc/self and /proc/cpuinfo still work."""
+    sb = ready_sandbox
+    iso = isolation(sb)
+    R, _ = probe(sb, r'''
+        R["proc"] = PROC
+        if PROC:
+            out = {}
+            for name in P["files"]:
+                path = "/proc/" + name
+                try:
+                    with open(path, "rb") as f:
+                        out[name] = len(f.read(4096))
+                except FileNotFoundError:
+                    out[name] = "absent"
+                except OSError as e:
+                    out[name] = errno.errorcode.get(e.errno, str(e.errno))
+                try:
+                    with open(path, "wb") as f:
+                        f.write(b"x")
+                    out[name + " write"] = "OK"
+                except OSError as e:
+                    out[name + " write"] = errno.errorcode.get(e.errno, str(e.errno))
+            R["files"] = out
+            dirs = {}
+            for name in P["dirs"]:
+                try:
+                    dirs[name] = os.listdir("/proc/" + name)
+                except FileNotFoundError:
+                    dirs[name] = "absent"
+            R["dirs"] = dirs
+            R["self"] = os.readlink("/proc/self") != ""
+            R["cpuinfo"] = len(open("/proc/cpuinfo").read()) > 0
+        ''', {"files": MASKED_FILES, "dirs": MASKED_DIRS})
+    assert_proc_as_reported(iso, R["proc"])
+    if not R["proc"]:
+        return
+    import os
+    for name in MASKED_FILES:
+        if not os.path.exists("/proc/" + name):
+            continue
+        assert R["files"][name] in (0, "EACCES", "EPERM"), f"/proc/{name} readable: {R['files']}"
+        assert R["files"][name + " write"] != "OK", R["files"]
+    for name in MASKED_DIRS:
+        if os.path.isdir("/proc/" + name) and os.listdir("/proc/" + name):
+            assert R["dirs"][name] == [], f"/proc/{name} lists {R['dirs'][name][:5]}"
+    assert R["self"] and R["cpuinfo"], R
+
+
+def test_unauthenticated_answers_name_no_host_path(daemon, ready_sandbox):
+    """Attempt: from inside the sandbox (host network mode), read /healthz,
+    /health, /openapi.json, /docs and /admin without a token.
+    Must hold: none of them contains the daemon's state directory, its
+    workspace root or its database path."""
+    sb = ready_sandbox
+    R, _ = probe(sb, r'''
+        import urllib.request
+        out = {}
+        for path in ("/healthz", "/health", "/openapi.json", "/docs", "/admin"):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{P['port']}{path}", timeout=5) as r:
+                    out[path] = r.read().decode("utf-8", "replace")
+            except Exception as e:
+                out[path] = "ERROR " + repr(e)
+        R["answers"] = out
+        ''', {"port": daemon.port})
+    secrets_of_layout = [str(daemon.state), str(daemon.sandbox_root), str(daemon.db_path)]
+    for path, body in R["answers"].items():
+        assert not body.startswith("ERROR"), (path, body)
+        for s in secrets_of_layout:
+            assert s not in body, f"{path} names {s}"
+    assert json.loads(R["answers"]["/healthz"])["db"]["database"] == daemon.db_path.name
