@@ -171,6 +171,18 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_AUTH_FAILURES_PER_MINUTE", auth_failures_per_minute, "10", 0, NOLIM),
     /* Ours: a connection waiting this long for a request's headers is
      * closed (api/conn_guard.h); 0 = only libmicrohttpd's 120 s idle limit. */
+    /* Ours: finished execution records older than this are deleted by the
+     * maintenance cycle's prune (FLEET.md §6.1 step 7: 15 days); 0 = kept
+     * forever. The prune runs every SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS
+     * (the reference: hourly). */
+    V_INT("SANDBOX_EXEC_RETENTION_SECONDS", exec_retention_seconds, "1296000", 0, NOLIM),
+    V_INT("SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS", history_prune_interval_seconds, "3600", 1,
+          NOLIM),
+    /* Ours: stored stdout+stderr of one sandbox's finished records; past it
+     * the oldest records lose their output first (emptied, truncated).
+     * 0 = no cap. */
+    V_INT("SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX", max_stored_output_bytes_per_sandbox,
+          "67108864", 0, NOLIM),
     V_INT("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", http_header_timeout_seconds, "10", 0, 3600),
     /* Ours: connections one sandbox's uid may hold to the API at once
      * (host network mode reaches it); all sandboxes together get half the

@@ -180,6 +180,39 @@ static void table_remove(struct sl_service *svc, struct svc_exec *x)
     pthread_mutex_unlock(&svc->execs_lock);
 }
 
+/* The sandbox's stored output stays under
+ * SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX: once a record is written,
+ * the oldest records lose their output first. Counted in memory (from the
+ * store on the first record after a start); the record just written keeps
+ * its own. */
+static void cap_stored_output(struct sl_service *svc, const struct sl_exec_record *rec)
+{
+    int64_t cap = svc->cfg->max_stored_output_bytes_per_sandbox;
+    if (cap <= 0)
+        return;
+    int64_t bytes = (int64_t)(rec->stdout_len + rec->stderr_len);
+    int64_t total = svc_live_output_add(svc, rec->sandbox_id, bytes);
+    struct sl_error err = {0};
+    if (total < 0) {
+        if (svc->store->ops->exec_output_bytes(svc->store, rec->sandbox_id, &total, &err) < 0) {
+            sl_warn("exec %s/%s: cannot count the sandbox's stored output: %s", rec->sandbox_id,
+                    rec->exec_id, sl_error_text(&err));
+            return;
+        }
+        svc_live_output_set(svc, rec->sandbox_id, total);
+    }
+    if (total <= cap)
+        return;
+    int64_t freed = 0;
+    if (svc->store->ops->exec_output_drop(svc->store, rec->sandbox_id, rec->exec_id, total - cap,
+                                          &freed, &err) < 0) {
+        sl_warn("exec %s/%s: cannot drop old output over the sandbox's cap: %s", rec->sandbox_id,
+                rec->exec_id, sl_error_text(&err));
+        return;
+    }
+    svc_live_output_add(svc, rec->sandbox_id, -freed);
+}
+
 /* Persist the finished record, free the slot, answer the waiter. Runs on
  * the completion pool (or inline when the command never started). */
 static void complete(struct svc_exec *x, int64_t duration_ms)
@@ -192,6 +225,8 @@ static void complete(struct svc_exec *x, int64_t duration_ms)
         sl_errorlog("exec %s/%s: cannot record the result (retried every second): %s",
                     x->sandbox_id, x->exec_id, sl_error_text(&store_err));
         svc_finish_retry_add(svc, rec);
+    } else {
+        cap_stored_output(svc, rec);
     }
     /* The locks go with the record written: a file call that sees them
      * free also sees the route READY. */

@@ -22,6 +22,7 @@ struct sl_live {
     bool destroying;
     int64_t last_activity_us;
     int listings; /* directory listings in progress (SVC_MAX_LISTINGS_PER_SANDBOX) */
+    int64_t stored_output_bytes; /* of its finished records; -1 = not counted yet */
     /* Attached templates (API.md §3.13): array of records, each with its
      * "local_path"; NULL = none. Owned by the entry. */
     json_t *templates;
@@ -40,6 +41,11 @@ struct svc_reaper {
     int64_t dormant_evicted_total;
     int64_t last_duration_us;
     int64_t last_orphan_scan_us; /* maintenance thread only */
+    /* the hourly prune (FLEET.md §6.1 step 7) */
+    bool pruned;
+    int64_t last_prune_us;           /* maintenance thread only; 0 = never */
+    bool prune_unfinished;           /* the last one hit its per-cycle bound */
+    int64_t exec_history_pruned_rows; /* total deleted so far */
 };
 
 struct sl_service {
@@ -114,6 +120,10 @@ void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
  * the handler pool from everyone else. enter: 0, or -1 with
  * SANDBOX_FILE_LIST_BUSY (429); leave after every successful enter. */
 #define SVC_MAX_LISTINGS_PER_SANDBOX 2
+/* Stored output of the sandbox's finished records: add `bytes` and return
+ * the new total, or -1 when not counted yet (then _set it from the store). */
+int64_t svc_live_output_add(struct sl_service *svc, const char *sandbox_id, int64_t bytes);
+void svc_live_output_set(struct sl_service *svc, const char *sandbox_id, int64_t total);
 int svc_live_listing_enter(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 void svc_live_listing_leave(struct sl_service *svc, const char *sandbox_id);
 /* Live on this worker (or being destroyed)? */

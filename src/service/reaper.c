@@ -250,6 +250,51 @@ static void relieve_disk_pressure(struct sl_service *svc)
     sl_routes_free(v, n);
 }
 
+/* Step 7 (FLEET.md §6.1), every SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS:
+ * finished execution records past SANDBOX_EXEC_RETENTION_SECONDS go, in
+ * batches of PRUNE_BATCH until one deletes nothing, at most
+ * PRUNE_MAX_BATCHES per cycle (the rest in the next cycle, not an hour
+ * later), so one cycle stays short whatever has piled up. */
+#define PRUNE_BATCH 2000
+#define PRUNE_MAX_BATCHES 25
+
+static void prune_history(struct sl_service *svc, int64_t now)
+{
+    const struct sl_config *cfg = svc->cfg;
+    struct svc_reaper *rs = &svc->reaper;
+    int64_t mono = sl_mono_us();
+    if (cfg->exec_retention_seconds <= 0)
+        return;
+    if (rs->last_prune_us && !rs->prune_unfinished &&
+        mono - rs->last_prune_us < cfg->history_prune_interval_seconds * 1000000)
+        return;
+    int64_t cutoff = now - cfg->exec_retention_seconds * 1000000;
+    int64_t deleted = 0;
+    int batches = 0;
+    int n = 0;
+    struct sl_error err = {0};
+    do {
+        n = svc->store->ops->exec_prune(svc->store, cutoff, PRUNE_BATCH, &err);
+        if (n < 0) {
+            sl_warn("maintenance: pruning execution records failed: %s", sl_error_text(&err));
+            pthread_mutex_lock(&svc->loop_lock);
+            rs->failures_total++;
+            pthread_mutex_unlock(&svc->loop_lock);
+            break;
+        }
+        deleted += n;
+    } while (n > 0 && ++batches < PRUNE_MAX_BATCHES);
+    if (deleted > 0)
+        sl_info("maintenance: deleted %lld execution records older than %lld s",
+                (long long)deleted, (long long)cfg->exec_retention_seconds);
+    pthread_mutex_lock(&svc->loop_lock);
+    rs->last_prune_us = mono;
+    rs->prune_unfinished = n > 0;
+    rs->exec_history_pruned_rows += deleted;
+    rs->pruned = true;
+    pthread_mutex_unlock(&svc->loop_lock);
+}
+
 void svc_reaper_cycle(struct sl_service *svc)
 {
     int64_t now = sl_now_us();
@@ -257,6 +302,7 @@ void svc_reaper_cycle(struct sl_service *svc)
     reap_routes(svc, now, &released, &gone);
     relieve_disk_pressure(svc);
     reap_orphan_dirs(svc, now);
+    prune_history(svc, now);
     int64_t took_us = sl_now_us() - now;
     pthread_mutex_lock(&svc->loop_lock);
     struct svc_reaper *rs = &svc->reaper;
@@ -286,6 +332,9 @@ json_t *svc_reaper_status(struct sl_service *svc)
         /* Ours, additive: how long the last pass took (bench/reaper_bench). */
         json_object_set_new(o, "last_duration_ms", json_real((double)rs.last_duration_us / 1000));
     }
+    if (rs.pruned)
+        json_object_set_new(o, "exec_history_pruned_rows",
+                            json_integer(rs.exec_history_pruned_rows));
     if (rs.dormant_seen)
         json_object_set_new(o, "dormant_evicted_total", json_integer(rs.dormant_evicted_total));
     if (rs.orphans_seen)

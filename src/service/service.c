@@ -638,6 +638,8 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
         l = &svc->live[svc->live_n];
         l->sandbox_id = strdup(sandbox_id);
         l->templates = NULL;
+        l->listings = 0;
+        l->stored_output_bytes = -1;
         if (!l->sandbox_id) {
             pthread_mutex_unlock(&svc->live_lock);
             return -1;
@@ -731,6 +733,30 @@ void svc_live_touch(struct sl_service *svc, const char *sandbox_id)
     struct sl_live *l = live_find(svc, sandbox_id);
     if (l)
         l->last_activity_us = sl_now_us();
+    pthread_mutex_unlock(&svc->live_lock);
+}
+
+int64_t svc_live_output_add(struct sl_service *svc, const char *sandbox_id, int64_t bytes)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    int64_t total = -1;
+    if (l && l->stored_output_bytes >= 0) {
+        l->stored_output_bytes += bytes;
+        if (l->stored_output_bytes < 0)
+            l->stored_output_bytes = 0;
+        total = l->stored_output_bytes;
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+    return total;
+}
+
+void svc_live_output_set(struct sl_service *svc, const char *sandbox_id, int64_t total)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    if (l)
+        l->stored_output_bytes = total;
     pthread_mutex_unlock(&svc->live_lock);
 }
 

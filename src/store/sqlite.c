@@ -79,6 +79,10 @@ enum stmt_id {
     ST_EXEC_MARK,
     ST_EXEC_MARK_WORKER,
     ST_EXEC_WITHDRAW,
+    ST_EXEC_PRUNE,
+    ST_EXEC_OUTPUT_BYTES,
+    ST_EXEC_OUTPUT_OLDEST,
+    ST_EXEC_OUTPUT_CLEAR,
     ST_WORKER_UPDATE,
     ST_WORKER_INSERT,
     ST_EXEC_LIST,
@@ -196,6 +200,21 @@ static const char *const stmt_sql[ST_COUNT] = {
                             "WHERE worker_id = ?1 AND status = 'RUNNING'",
     [ST_EXEC_WITHDRAW] = "DELETE FROM " EXEC_TABLE " WHERE sandbox_id = ?1 AND exec_id = ?2 "
                          "AND generation = ?3 AND status = 'RUNNING'",
+    /* Timestamps are text of one fixed format: they compare as strings. */
+    [ST_EXEC_PRUNE] = "DELETE FROM " EXEC_TABLE " WHERE rowid IN (SELECT rowid FROM " EXEC_TABLE
+                      " WHERE status <> 'RUNNING' AND COALESCE(finished_at, started_at) < ?1"
+                      " ORDER BY started_at LIMIT ?2)",
+    /* Byte lengths: length() of a BLOB is its size, of TEXT its characters. */
+    [ST_EXEC_OUTPUT_BYTES] = "SELECT COALESCE(SUM(length(CAST(stdout_text AS BLOB)) + "
+                             "length(CAST(stderr_text AS BLOB))), 0) FROM " EXEC_TABLE
+                             " WHERE sandbox_id = ?1 AND status <> 'RUNNING'",
+    [ST_EXEC_OUTPUT_OLDEST] = "SELECT rowid, length(CAST(stdout_text AS BLOB)) + "
+                              "length(CAST(stderr_text AS BLOB)) FROM " EXEC_TABLE
+                              " WHERE sandbox_id = ?1 AND status <> 'RUNNING' AND exec_id <> ?2"
+                              " AND (stdout_text <> '' OR stderr_text <> '')"
+                              " ORDER BY started_at, created_at LIMIT 64",
+    [ST_EXEC_OUTPUT_CLEAR] = "UPDATE " EXEC_TABLE " SET stdout_text = '', stderr_text = '', "
+                             "truncated = 1 WHERE rowid = ?1",
     [ST_WORKER_UPDATE] = "UPDATE " WORKER_TABLE " SET worker_epoch = ?2, endpoint = ?3, "
                          "status = ?4, capacity = ?5, running_sessions = ?6, profile_hash = ?7, "
                          "heartbeat_at = ?8, updated_at = ?8 WHERE worker_id = ?1",
@@ -1501,6 +1520,94 @@ static int sqlite_exec_withdraw(struct sl_store *s, const struct sl_exec_record 
     return tx_end(st, r < 0 ? -1 : 0, err) < 0 ? -1 : r;
 }
 
+static int sqlite_exec_prune(struct sl_store *s, int64_t older_than, int64_t batch,
+                             struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_PRUNE, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_ts(&b, 1, older_than, false);
+    bind_int64(&b, 2, batch);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    return run(st, stmt, err);
+}
+
+static int sqlite_exec_output_bytes(struct sl_store *s, const char *sandbox_id, int64_t *bytes,
+                                    struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_OUTPUT_BYTES, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, sandbox_id);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    int r = step(st, stmt, err);
+    if (r < 0)
+        return -1;
+    *bytes = r > 0 ? sqlite3_column_int64(stmt, 0) : 0;
+    return 0;
+}
+
+static int drop_output_locked(struct sqlite_store *st, const char *sandbox_id,
+                              const char *keep_exec_id, int64_t need, int64_t *freed,
+                              struct sl_error *err)
+{
+    while (*freed < need) {
+        int64_t rows[64], sizes[64];
+        int n = 0;
+        {
+            _cleanup_reset_ sqlite3_stmt *sel = stmt_get(st, ST_EXEC_OUTPUT_OLDEST, err);
+            if (!sel)
+                return -1;
+            struct binder b = {sel, SQLITE_OK};
+            bind_text(&b, 1, sandbox_id);
+            bind_text(&b, 2, keep_exec_id);
+            if (bind_done(st, &b, err) < 0)
+                return -1;
+            int r;
+            while (n < 64 && (r = step(st, sel, err)) > 0) {
+                rows[n] = sqlite3_column_int64(sel, 0);
+                sizes[n] = sqlite3_column_int64(sel, 1);
+                n++;
+            }
+            if (r < 0)
+                return -1;
+        }
+        if (n == 0)
+            return 0; /* nothing older left to drop */
+        for (int i = 0; i < n && *freed < need; i++) {
+            _cleanup_reset_ sqlite3_stmt *upd = stmt_get(st, ST_EXEC_OUTPUT_CLEAR, err);
+            if (!upd)
+                return -1;
+            struct binder b = {upd, SQLITE_OK};
+            bind_int64(&b, 1, rows[i]);
+            if (bind_done(st, &b, err) < 0 || run(st, upd, err) < 0)
+                return -1;
+            *freed += sizes[i];
+        }
+    }
+    return 0;
+}
+
+static int sqlite_exec_output_drop(struct sl_store *s, const char *sandbox_id,
+                                   const char *keep_exec_id, int64_t need, int64_t *freed,
+                                   struct sl_error *err)
+{
+    struct sqlite_store *st = store_of(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    *freed = 0;
+    if (tx_begin(st, err) < 0)
+        return -1;
+    return tx_end(st, drop_output_locked(st, sandbox_id, keep_exec_id, need, freed, err), err);
+}
+
 static int sqlite_exec_finish(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                               struct sl_error *err)
 {
@@ -1624,6 +1731,9 @@ static const struct sl_store_ops sqlite_ops = {
     .worker_list = sqlite_worker_list,
     .exec_finish = sqlite_exec_finish,
     .exec_withdraw = sqlite_exec_withdraw,
+    .exec_prune = sqlite_exec_prune,
+    .exec_output_bytes = sqlite_exec_output_bytes,
+    .exec_output_drop = sqlite_exec_output_drop,
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,
     .worker_upsert = sqlite_worker_upsert,

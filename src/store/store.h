@@ -193,6 +193,20 @@ struct sl_store_ops {
      * recomputed as after a finish. 1 removed, 0 none, -1 error. */
     int (*exec_withdraw)(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                          struct sl_error *err);
+    /* FLEET.md §6.1 step 7: delete at most `batch` executions that are not
+     * RUNNING and whose COALESCE(finished_at, started_at) is before
+     * older_than, oldest started first. Returns rows deleted, -1 error. */
+    int (*exec_prune)(struct sl_store *s, int64_t older_than, int64_t batch,
+                      struct sl_error *err);
+    /* Stored output (stdout + stderr bytes) of a sandbox's finished
+     * executions. */
+    int (*exec_output_bytes)(struct sl_store *s, const char *sandbox_id, int64_t *bytes,
+                             struct sl_error *err);
+    /* Drop the output of the sandbox's oldest finished executions (but
+     * keep_exec_id's): stdout and stderr emptied, truncated set, until
+     * *freed >= need bytes or none is left. */
+    int (*exec_output_drop)(struct sl_store *s, const char *sandbox_id, const char *keep_exec_id,
+                            int64_t need, int64_t *freed, struct sl_error *err);
     /* Mark every RUNNING execution of (sandbox_id, generation) with `status`
      * (e.g. WORKER_LOST), termination_reason = reason (NULL or "" = NULL) and
      * finished_at = now. Returns rows changed. */

@@ -1,0 +1,74 @@
+"""Hardening issue, fault 8: what the service stores stays bounded.
+
+  * Finished execution records older than SANDBOX_EXEC_RETENTION_SECONDS
+    are deleted by the maintenance cycle's prune (in batches; FLEET.md §6.1
+    step 7); running ones never are.
+  * One sandbox's stored output stays under
+    SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX: the oldest records lose
+    their output first (emptied, truncated), the newest keep theirs.
+"""
+import time
+import uuid
+
+from sandloom_client import Sandbox, assert_error
+
+MiB = 1024 * 1024
+
+
+def ready(d, prefix):
+    sb = Sandbox(d.client(), f"{prefix}-{uuid.uuid4().hex[:10]}", "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    return sb
+
+
+def poll(sb, exec_id):
+    return sb.c.get(f"{sb.path}/exec/{exec_id}", params={"generation": sb.generation})
+
+
+def test_finished_records_past_their_retention_are_pruned(daemon_factory):
+    d = daemon_factory({"SANDBOX_EXEC_RETENTION_SECONDS": "2",
+                        "SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS": "1",
+                        "SANDBOX_MAINTENANCE_INTERVAL_SECONDS": "1"})
+    sb = ready(d, "prune")
+    done = []
+    for i in range(5):
+        r = sb.exec(["echo", str(i)])
+        assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+        done.append(r.body["exec_id"])
+    running = sb.exec(["sleep", "30"], background=True, exec_scope="long").body["exec_id"]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and poll(sb, done[-1]).status == 200:
+        time.sleep(0.3)
+    for exec_id in done:
+        assert_error(poll(sb, exec_id), 404, "EXEC_NOT_FOUND")
+    r = poll(sb, running)
+    assert r.status == 200 and r.body["status"] == "RUNNING", r
+    reaper = d.client().get("/healthz").body["worker"]["orphan_reaper"]
+    assert reaper["exec_history_pruned_rows"] >= 5, reaper
+    # A replay of a pruned id runs it again (its record is gone).
+    r = sb.exec(["echo", "again"], exec_id=done[0], exec_scope="again")
+    assert r.status == 200 and r.body["stdout"] == "again\n", r
+
+
+def test_stored_output_per_sandbox_is_capped_oldest_first(daemon_factory):
+    d = daemon_factory({"SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX": str(3 * MiB)})
+    sb = ready(d, "outcap")
+    other = ready(d, "outcap-other")
+    ids = []
+    for i in range(5):
+        r = sb.exec(["sh", "-c", f"head -c {MiB} /dev/zero | tr '\\0' {i}"])
+        assert r.status == 200 and len(r.body["stdout"]) == MiB, r.status
+        ids.append(r.body["exec_id"])
+    r = other.exec(["sh", "-c", f"head -c {MiB} /dev/zero | tr '\\0' z"])
+    assert r.status == 200
+    kept = []
+    for i, exec_id in enumerate(ids):
+        b = poll(sb, exec_id).body
+        kept.append(len(b["stdout"]))
+        if i < 2:
+            assert b["stdout"] == "" and b["truncated"] is True, (i, len(b["stdout"]))
+        else:
+            assert b["stdout"] == str(i) * MiB, (i, len(b["stdout"]))
+    assert sum(kept) <= 3 * MiB, kept
+    # Another sandbox's output is its own budget.
+    assert len(poll(other, r.body["exec_id"]).body["stdout"]) == MiB
