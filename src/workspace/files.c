@@ -62,19 +62,26 @@ static inline void ws_wpath_freep(struct sl_wpath *p)
 }
 #define _cleanup_wpath_ __attribute__((cleanup(ws_wpath_freep)))
 
+/* The locks of one file call. The keys point into the caller's parsed
+ * paths, which outlive this (declared before it, cleaned up after). */
 struct ws_locks {
+    int root_fd;
     int global;
     int path[2];
+    const char *keys[2];
 };
 #define WS_LOCKS_INIT                                                                              \
     {                                                                                              \
-        .global = -1, .path = { -1, -1 }                                                           \
+        .root_fd = -1, .global = -1, .path = {-1, -1}                                              \
     }
 
 static void ws_locks_release(struct ws_locks *l)
 {
-    sl_closep(&l->path[1]);
-    sl_closep(&l->path[0]);
+    for (int i = 1; i >= 0; i--) {
+        if (l->path[i] >= 0)
+            ws_unlock_path(l->root_fd, l->keys[i], l->path[i]);
+        l->path[i] = -1;
+    }
     sl_closep(&l->global);
 }
 #define _cleanup_locks_ __attribute__((cleanup(ws_locks_release)))
@@ -138,8 +145,10 @@ static int ws_lock(const struct sl_ws_target *t, const struct sl_wpath *a, const
         keys[0] = keys[1];
         keys[1] = tmp;
     }
+    l->root_fd = t->root_fd;
     l->global = ws_lock_global(t->root_fd, false, false, SL_E_FILE_PATH_LOCKED, err);
     for (size_t i = 0; l->global >= 0 && i < 2 && keys[i]; i++) {
+        l->keys[i] = keys[i];
         l->path[i] = ws_lock_path(t->root_fd, keys[i], exclusive, SL_E_FILE_PATH_LOCKED, err);
         if (l->path[i] < 0)
             break;

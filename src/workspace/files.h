@@ -87,6 +87,8 @@ int ws_lock_scope(int root_fd, const char *exec_scope, const char *busy_code,
  * shared or exclusive, non-blocking; returns as ws_lock_global. */
 int ws_lock_path(int root_fd, const char *lock_key, bool exclusive, const char *busy_code,
                  struct sl_error *err);
+/* Release a per-path lock and, if no one else holds it, remove its file. */
+void ws_unlock_path(int root_fd, const char *lock_key, int fd);
 
 /* Remove a directory tree below dirfd (name is one component) without ever
  * following a symlink. */

@@ -5,7 +5,14 @@
  * are still opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS) and
  * O_NOFOLLOW so a planted link could never make us create or lock a file
  * elsewhere. A lock is held by the returned descriptor; closing it releases
- * the lock. */
+ * the lock.
+ *
+ * Per-path locks are transient: one file per path ever touched would pile
+ * up forever (18,907 after ten minutes of load), so the last holder
+ * removes the file on release (ws_unlock_path). Whoever locks checks
+ * afterwards that the name still leads to the file it locked; a file
+ * removed in between is one nobody holds any more, and it tries again with
+ * the new one. */
 #include "workspace/files.h"
 
 #include <errno.h>
@@ -18,17 +25,57 @@
 
 #include "common/cleanup.h"
 #include "common/syscalls.h"
+#include "common/util.h"
 
 #define LOCK_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
+/* Whether `rel` (relative to root_fd) still names the file open as fd. */
+static bool still_named(int root_fd, const char *rel, int fd)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && fstatat(root_fd, rel, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int lock_open_once(int root_fd, const char *dir, const char *rel, int op, bool blocking,
+                          const char *busy_code, struct sl_error *err);
+
 static int lock_open(int root_fd, const char *dir, const char *name, int op, bool blocking,
-                     const char *busy_code, struct sl_error *err)
+                     const char *busy_code, bool transient, struct sl_error *err)
 {
     char rel[256];
     if (snprintf(rel, sizeof(rel), "%s/%s", dir, name) >= (int)sizeof(rel)) {
         errno = ENAMETOOLONG;
         return sl_error_errno(err, SL_E_INTERNAL, "lock file name too long");
     }
+    for (int attempt = 0;; attempt++) {
+        int fd = lock_open_once(root_fd, dir, rel, op, blocking, busy_code, err);
+        /* A transient file may have been removed by its last holder between
+         * our open and our flock (then we locked a file nobody will ever
+         * look at again), or be on its way out while we were refused. */
+        if (!transient || attempt >= 8 || (fd < 0 && errno != EWOULDBLOCK))
+            return fd;
+        if (fd >= 0 && still_named(root_fd, rel, fd))
+            return fd;
+        if (fd >= 0) {
+            close(fd);
+            continue;
+        }
+        /* Refused: retry only if the file we found is no longer the one
+         * named (its holder was releasing it). */
+        _cleanup_close_ int probe = sl_openat2(root_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
+                                               0, LOCK_RESOLVE);
+        if (probe >= 0 && flock(probe, op | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+            errno = EWOULDBLOCK;
+            return -1; /* really held */
+        }
+        sl_error_clear(err);
+    }
+}
+
+static int lock_open_once(int root_fd, const char *dir, const char *rel, int op, bool blocking,
+                          const char *busy_code, struct sl_error *err)
+{
     const int flags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
     _cleanup_close_ int fd = sl_openat2(root_fd, rel, flags, 0600, LOCK_RESOLVE);
     if (fd < 0 && errno == ENOENT) {
@@ -61,7 +108,7 @@ int ws_lock_global(int root_fd, bool exclusive, bool blocking, const char *busy_
                    struct sl_error *err)
 {
     return lock_open(root_fd, ".exec-locks", "global.lock", exclusive ? LOCK_EX : LOCK_SH, blocking,
-                     busy_code, err);
+                     busy_code, false, err);
 }
 
 int ws_lock_scope(int root_fd, const char *exec_scope, const char *busy_code, struct sl_error *err)
@@ -77,7 +124,7 @@ int ws_lock_scope(int root_fd, const char *exec_scope, const char *busy_code, st
         errno = ENAMETOOLONG;
         return sl_error_set(err, SL_E_INVALID_ARGUMENT, ENAMETOOLONG, "invalid exec_scope");
     }
-    return lock_open(root_fd, ".exec-locks", name, LOCK_EX, false, busy_code, err);
+    return lock_open(root_fd, ".exec-locks", name, LOCK_EX, false, busy_code, false, err);
 }
 
 int ws_lock_path(int root_fd, const char *lock_key, bool exclusive, const char *busy_code,
@@ -87,5 +134,20 @@ int ws_lock_path(int root_fd, const char *lock_key, bool exclusive, const char *
     sl_sha256_hex(lock_key, strlen(lock_key), hex);
     snprintf(name, sizeof(name), "path-%s.lock", hex);
     return lock_open(root_fd, ".file-locks", name, exclusive ? LOCK_EX : LOCK_SH, false, busy_code,
-                     err);
+                     true, err);
+}
+
+void ws_unlock_path(int root_fd, const char *lock_key, int fd)
+{
+    if (fd < 0)
+        return;
+    char hex[65], rel[96];
+    sl_sha256_hex(lock_key, strlen(lock_key), hex);
+    snprintf(rel, sizeof(rel), ".file-locks/path-%s.lock", hex);
+    /* Exclusive now means nobody else holds it (nor waits: every path
+     * lock is non-blocking): the file can go. Removed while held, so a
+     * newcomer who opened it meanwhile sees it is gone and starts over. */
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && still_named(root_fd, rel, fd))
+        (void)unlinkat(root_fd, rel, 0);
+    close(fd);
 }

@@ -72,3 +72,42 @@ def test_stored_output_per_sandbox_is_capped_oldest_first(daemon_factory):
     assert sum(kept) <= 3 * MiB, kept
     # Another sandbox's output is its own budget.
     assert len(poll(other, r.body["exec_id"]).body["stdout"]) == MiB
+
+
+def test_per_path_lock_files_do_not_outlive_their_use(daemon_factory):
+    """Per-path lock files accumulated forever (18,907 after ten minutes of
+    load): the last holder now removes its file. Calls on one path from
+    several threads still exclude each other (409 SANDBOX_FILE_PATH_LOCKED
+    or success, never a torn file)."""
+    import threading
+    d = daemon_factory()
+    sb = ready(d, "locks")
+    for i in range(60):
+        assert sb.write(f"/workspace/f{i}.txt", f"{i}\n").status == 200
+        assert sb.read(f"/workspace/f{i}.txt").status == 200
+    assert sb.list("/workspace").status == 200
+    assert sb.mkdir("/workspace/d").status == 200
+    assert sb.move("/workspace/f0.txt", "/workspace/d/f0.txt").status == 200
+    assert sb.rm("/workspace/f1.txt").status == 200
+    locks = d.sandbox_root / sb.id / ".file-locks"
+    assert sorted(p.name for p in locks.iterdir()) == [], sorted(p.name for p in locks.iterdir())[:5]
+
+    payloads = [bytes([65 + n]) * 200000 for n in range(4)]
+    codes = []
+
+    def hammer(n):
+        for _ in range(15):
+            r = sb.write("/workspace/shared.bin", payloads[n])
+            codes.append(r.status if r.status == 200 else r.body["detail"]["code"])
+            r = sb.read("/workspace/shared.bin")
+            codes.append(r.status if r.status == 200 else r.body["detail"]["code"])
+
+    threads = [threading.Thread(target=hammer, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(codes) <= {200, "SANDBOX_FILE_PATH_LOCKED"} and 200 in codes, codes
+    data = (d.sandbox_root / sb.id / "workspace" / "shared.bin").read_bytes()
+    assert data in payloads, "a torn file"
+    assert list(locks.iterdir()) == []
