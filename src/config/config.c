@@ -183,6 +183,9 @@ static const struct config_var config_vars[] = {
      * 0 = no cap. */
     V_INT("SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX", max_stored_output_bytes_per_sandbox,
           "67108864", 0, NOLIM),
+    /* Ours: how long a database write waits for a lock another process
+     * holds before the request answers 503 SANDBOX_METADATA_UNAVAILABLE. */
+    V_INT("SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS", database_lock_timeout_seconds, "5", 1, 600),
     V_INT("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", http_header_timeout_seconds, "10", 0, 3600),
     /* Ours: connections one sandbox's uid may hold to the API at once
      * (host network mode reaches it); all sandboxes together get half the

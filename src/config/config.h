@@ -91,6 +91,7 @@ struct sl_config {
     int64_t auth_failures_per_minute;
     int64_t exec_retention_seconds, history_prune_interval_seconds;
     int64_t max_stored_output_bytes_per_sandbox;
+    int64_t database_lock_timeout_seconds;
     int64_t http_header_timeout_seconds;
     int64_t max_connections_per_sandbox;
     int64_t max_parallel_execs_per_sandbox;

@@ -602,8 +602,18 @@ json_t *sl_svc_healthz(struct sl_service *svc)
     json_t *db = json_pack("{s:s,s:s,s:s}", "backend", svc->store->backend, "database",
                            slash ? slash + 1 : database, "source",
                            cfg->database_url_default ? "default-sqlite" : "url");
+    /* Ours, additive: whether writes land now (a lock held elsewhere, a
+     * full disk or a read-only file makes them fail), and how many command
+     * results wait to be written (service/finish_retry.c). */
+    char why[160] = "";
+    bool writable = svc->store->ops->health(svc->store, why, sizeof(why));
+    size_t pending = svc_finish_retry_pending(svc);
+    json_object_set_new(db, "writable", json_boolean(writable));
+    json_object_set_new(db, "error", writable ? json_null() : json_string(why));
+    json_object_set_new(db, "results_waiting", json_integer((json_int_t)pending));
     return json_pack("{s:s,s:s,s:{s:b},s:[s],s:o,s:s,s:o,s:o}", "status",
-                     fresh && disk.available ? "ok" : "degraded", "mode", "agent-sandbox",
+                     fresh && disk.available && writable && !pending ? "ok" : "degraded",
+                     "mode", "agent-sandbox",
                      "logging", "enabled", 0, "api_capabilities", "redacted_validation_v1", "db",
                      db, "env_type", cfg->env_type, "worker", worker, "disk",
                      svc_disk_json(&disk));

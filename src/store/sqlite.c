@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,19 +224,44 @@ static const char *const stmt_sql[ST_COUNT] = {
                          "started_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8)",
 };
 
-struct sqlite_store {
-    struct sl_store pub; /* first: the public head, cast back in every method */
+/* One connection and its prepared statements, used under its lock. */
+struct sqlite_conn {
     pthread_mutex_t lock;
     sqlite3 *db;
     sqlite3_stmt *stmts[ST_COUNT];
-    char *path;
+    struct sqlite_store *owner;
 };
 
+/* Two connections: writes (and the reads inside write transactions) on
+ * `w`; reads on `r`. In WAL mode a reader never waits for a writer, so a
+ * write stuck on the database lock (another process holding it, a full
+ * disk) no longer holds every read of the API behind the one mutex.
+ * write_failing: the last write on `w` failed for a reason of the
+ * database's own (busy, full, read-only, I/O); cleared by the next write
+ * that succeeds. /healthz reports it. */
+struct sqlite_store {
+    struct sl_store pub; /* first: the public head, cast back in every method */
+    struct sqlite_conn w, r;
+    char *path;
+    atomic_bool write_failing;
+    pthread_mutex_t why_lock;
+    char why[160];
+};
+
+int sl_store_sqlite_busy_timeout_ms = 15000;
+
 static struct sqlite_store *store_of(struct sl_store *s) { return (struct sqlite_store *)s; }
+static struct sqlite_conn *wconn(struct sl_store *s) { return &store_of(s)->w; }
+/* An in-memory database has one connection: its reads share the writer's. */
+static struct sqlite_conn *rconn(struct sl_store *s)
+{
+    struct sqlite_store *st = store_of(s);
+    return st->r.db ? &st->r : &st->w;
+}
 
 /* ---- locking and statement lifetime ---- */
 
-static pthread_mutex_t *store_lock(struct sqlite_store *st)
+static pthread_mutex_t *store_lock(struct sqlite_conn *st)
 {
     pthread_mutex_lock(&st->lock);
     return &st->lock;
@@ -263,8 +289,46 @@ static void stmt_resetp(sqlite3_stmt **stmt)
 
 /* ---- errors ---- */
 
-static int db_fail(struct sqlite_store *st, struct sl_error *err, const char *what)
+/* Failures that say the database cannot be written now, whatever the
+ * request: another process holds its lock, its disk is full, it is
+ * read-only, or its file cannot be read or written. */
+static bool database_unwritable(int rc)
 {
+    switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_FULL:
+    case SQLITE_READONLY:
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void write_health(struct sqlite_conn *st, bool ok)
+{
+    struct sqlite_store *owner = st->owner;
+    if (!owner || st != &owner->w)
+        return;
+    if (ok) {
+        atomic_store(&owner->write_failing, false);
+        return;
+    }
+    pthread_mutex_lock(&owner->why_lock);
+    /* The code and SQLite's text, never a path. */
+    snprintf(owner->why, sizeof(owner->why), "%s (%s)", sqlite3_errstr(sqlite3_errcode(st->db)),
+             sqlite3_errmsg(st->db));
+    pthread_mutex_unlock(&owner->why_lock);
+    atomic_store(&owner->write_failing, true);
+}
+
+static int db_fail(struct sqlite_conn *st, struct sl_error *err, const char *what)
+{
+    if (st->db && database_unwritable(sqlite3_errcode(st->db)))
+        write_health(st, false);
     /* The client sees the code only; the SQLite text is for the operator. */
     sl_error_set(err, SL_E_STORE, 0, "%s", SL_E_STORE);
     if (err)
@@ -283,7 +347,7 @@ static int refuse(struct sl_error *err, const char *code)
     return sl_error_set(err, code, 0, "%s", code);
 }
 
-static sqlite3_stmt *stmt_get(struct sqlite_store *st, enum stmt_id id, struct sl_error *err)
+static sqlite3_stmt *stmt_get(struct sqlite_conn *st, enum stmt_id id, struct sl_error *err)
 {
     if (!st->stmts[id] && sqlite3_prepare_v3(st->db, stmt_sql[id], -1, SQLITE_PREPARE_PERSISTENT,
                                              &st->stmts[id], NULL) != SQLITE_OK) {
@@ -295,7 +359,7 @@ static sqlite3_stmt *stmt_get(struct sqlite_store *st, enum stmt_id id, struct s
 }
 
 /* Step once: 1 row, 0 done, -1 error (err filled). */
-static int step(struct sqlite_store *st, sqlite3_stmt *stmt, struct sl_error *err)
+static int step(struct sqlite_conn *st, sqlite3_stmt *stmt, struct sl_error *err)
 {
     int rc = sqlite3_step(stmt);
     if (rc == SQLITE_ROW)
@@ -306,15 +370,17 @@ static int step(struct sqlite_store *st, sqlite3_stmt *stmt, struct sl_error *er
 }
 
 /* Run a statement that returns no rows; returns the rows changed or -1. */
-static int run(struct sqlite_store *st, sqlite3_stmt *stmt, struct sl_error *err)
+static int run(struct sqlite_conn *st, sqlite3_stmt *stmt, struct sl_error *err)
 {
     int r = step(st, stmt, err);
     if (r < 0)
         return -1;
+    if (sqlite3_get_autocommit(st->db))
+        write_health(st, true); /* a write outside a transaction landed */
     return sqlite3_changes(st->db);
 }
 
-static int tx_begin(struct sqlite_store *st, struct sl_error *err)
+static int tx_begin(struct sqlite_conn *st, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_BEGIN, err);
     if (!stmt || step(st, stmt, err) < 0)
@@ -322,7 +388,7 @@ static int tx_begin(struct sqlite_store *st, struct sl_error *err)
     return 0;
 }
 
-static void tx_rollback(struct sqlite_store *st)
+static void tx_rollback(struct sqlite_conn *st)
 {
     if (sqlite3_get_autocommit(st->db))
         return;
@@ -333,7 +399,7 @@ static void tx_rollback(struct sqlite_store *st)
 
 /* Finish the transaction opened by tx_begin(): commit when rc >= 0, roll back
  * otherwise. Returns rc, or -1 when the commit fails. */
-static int tx_end(struct sqlite_store *st, int rc, struct sl_error *err)
+static int tx_end(struct sqlite_conn *st, int rc, struct sl_error *err)
 {
     if (rc < 0) {
         tx_rollback(st);
@@ -345,6 +411,7 @@ static int tx_end(struct sqlite_store *st, int rc, struct sl_error *err)
         tx_rollback(st);
         return -1;
     }
+    write_health(st, true);
     return rc;
 }
 
@@ -422,7 +489,7 @@ static void bind_ts(struct binder *b, int i, int64_t us, bool nullable)
     b->rc = sqlite3_bind_text(b->stmt, i, text, -1, SQLITE_TRANSIENT);
 }
 
-static int bind_done(struct sqlite_store *st, struct binder *b, struct sl_error *err)
+static int bind_done(struct sqlite_conn *st, struct binder *b, struct sl_error *err)
 {
     if (b->rc == SQLITE_OK)
         return 0;
@@ -693,7 +760,7 @@ static const char *sqlite_type(const struct sl_schema_column *c, char *buf, size
     return "TEXT";
 }
 
-static int table_columns(struct sqlite_store *st, const char *table, struct sl_strlist *out,
+static int table_columns(struct sqlite_conn *st, const char *table, struct sl_strlist *out,
                          struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_TABLE_INFO, err);
@@ -762,7 +829,7 @@ static bool index_columns_present(const char *columns, const struct sl_strlist *
  * (FLEET.md §2.4); ours are nullable, so the rows already there stay valid.
  * Runs inside ddl_apply()'s BEGIN IMMEDIATE: a second process waits for the
  * write lock, then finds the column and adds nothing. */
-static int ddl_add_columns(struct sqlite_store *st, struct sl_error *err)
+static int ddl_add_columns(struct sqlite_conn *st, struct sl_error *err)
 {
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++) {
         const struct sl_schema_table *table = &sl_schema_tables[t];
@@ -797,7 +864,7 @@ static int ddl_add_columns(struct sqlite_store *st, struct sl_error *err)
  * indexes. An index whose columns are missing from a pre-existing table is
  * skipped rather than failing the whole DDL: the column check that follows
  * names the column, which is the useful refusal. */
-static int ddl_locked(struct sqlite_store *st, struct sl_error *err)
+static int ddl_locked(struct sqlite_conn *st, struct sl_error *err)
 {
     struct sl_buf script;
     sl_buf_init(&script, 64 * 1024);
@@ -831,7 +898,7 @@ static int ddl_locked(struct sqlite_store *st, struct sl_error *err)
     return 0;
 }
 
-static int ddl_apply(struct sqlite_store *st, struct sl_error *err)
+static int ddl_apply(struct sqlite_conn *st, struct sl_error *err)
 {
     if (tx_begin(st, err) < 0)
         return -1;
@@ -841,7 +908,7 @@ static int ddl_apply(struct sqlite_store *st, struct sl_error *err)
 static int sqlite_prepare_schema(struct sl_store *s, bool auto_ddl, char **warnings,
                                  struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     *warnings = NULL;
     if (auto_ddl && ddl_apply(st, err) < 0)
@@ -862,7 +929,7 @@ static int sqlite_prepare_schema(struct sl_store *s, bool auto_ddl, char **warni
 static int sqlite_route_get(struct sl_store *s, const char *sandbox_id, struct sl_route *out,
                             struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_GET, err);
     if (!stmt)
@@ -877,7 +944,7 @@ static int sqlite_route_get(struct sl_store *s, const char *sandbox_id, struct s
     return route_read(stmt, out, err) < 0 ? -1 : 1;
 }
 
-static int route_exists(struct sqlite_store *st, const char *sandbox_id, struct sl_error *err)
+static int route_exists(struct sqlite_conn *st, const char *sandbox_id, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_EXISTS, err);
     if (!stmt)
@@ -891,7 +958,7 @@ static int route_exists(struct sqlite_store *st, const char *sandbox_id, struct 
 
 static int sqlite_route_insert(struct sl_store *s, const struct sl_route *r, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     {
         _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_INSERT, err);
@@ -922,7 +989,7 @@ static int sqlite_route_insert(struct sl_store *s, const struct sl_route *r, str
 static int sqlite_route_cas(struct sl_store *s, const struct sl_route *r, int64_t expect_generation,
                             const char *const *expect_statuses, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     size_t n = 0;
     while (expect_statuses && expect_statuses[n])
         n++;
@@ -948,7 +1015,7 @@ static int sqlite_route_cas(struct sl_store *s, const struct sl_route *r, int64_
 static int sqlite_route_touch(struct sl_store *s, const char *sandbox_id, int64_t generation,
                               int64_t now, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_TOUCH, err);
     if (!stmt)
@@ -959,13 +1026,18 @@ static int sqlite_route_touch(struct sl_store *s, const char *sandbox_id, int64_
     bind_ts(&b, 3, now, false);
     if (bind_done(st, &b, err) < 0)
         return -1;
+    /* Activity is refreshed on every call: it must not make a file read
+     * wait out another process's lock. Tried once; a touch that loses is
+     * made good by the next one (the clock it feeds counts in minutes). */
+    sqlite3_busy_timeout(st->db, 0);
     int changed = run(st, stmt, err);
+    sqlite3_busy_timeout(st->db, sl_store_sqlite_busy_timeout_ms);
     return changed < 0 ? -1 : changed > 0 ? 1 : 0;
 }
 
 /* ---- executions ---- */
 
-static int exec_lookup(struct sqlite_store *st, const char *sandbox_id, const char *exec_id,
+static int exec_lookup(struct sqlite_conn *st, const char *sandbox_id, const char *exec_id,
                        struct sl_exec_record *out, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_GET, err);
@@ -985,7 +1057,7 @@ static int exec_lookup(struct sqlite_store *st, const char *sandbox_id, const ch
 static int sqlite_exec_get(struct sl_store *s, const char *sandbox_id, const char *exec_id,
                            struct sl_exec_record *out, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     return exec_lookup(st, sandbox_id, exec_id, out, err);
 }
@@ -994,7 +1066,7 @@ static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
                             struct sl_exec_record **out, size_t *n, int64_t *total,
                             struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *out = NULL;
     *n = 0;
     *total = 0;
@@ -1070,7 +1142,7 @@ static void route_filter_bind(struct binder *b, const struct sl_route_filter *f,
 }
 
 /* Up to `limit` routes from a bound statement into a malloc'd array. */
-static int read_routes(struct sqlite_store *st, sqlite3_stmt *stmt, int64_t limit,
+static int read_routes(struct sqlite_conn *st, sqlite3_stmt *stmt, int64_t limit,
                        struct sl_route **out, size_t *n, struct sl_error *err)
 {
     struct sl_route *v = calloc((size_t)(limit > 0 ? limit : 1), sizeof(*v));
@@ -1098,7 +1170,7 @@ static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f
                              struct sl_route **out, size_t *n, int64_t *total,
                              struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *out = NULL;
     *n = 0;
     *total = 0;
@@ -1132,7 +1204,7 @@ static int sqlite_route_list(struct sl_store *s, const struct sl_route_filter *f
 static int sqlite_route_reapable(struct sl_store *s, const struct sl_reap_query *q,
                                  struct sl_route **out, size_t *n, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *out = NULL;
     *n = 0;
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
@@ -1157,7 +1229,7 @@ static int sqlite_route_reapable(struct sl_store *s, const struct sl_reap_query 
 static int sqlite_route_status_counts(struct sl_store *s, struct sl_status_count **out,
                                       size_t *n, struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *out = NULL;
     *n = 0;
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
@@ -1194,7 +1266,7 @@ static int sqlite_route_status_counts(struct sl_store *s, struct sl_status_count
 static int sqlite_worker_list(struct sl_store *s, struct sl_worker_record **out, size_t *n,
                               struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *out = NULL;
     *n = 0;
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
@@ -1241,7 +1313,7 @@ static int sqlite_worker_list(struct sl_store *s, struct sl_worker_record **out,
 static int sqlite_route_uids_of_worker(struct sl_store *s, const char *worker_id, int64_t **uids,
                                        struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     *uids = NULL;
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_UIDS_OF_WORKER, err);
@@ -1275,7 +1347,7 @@ static int sqlite_route_uids_of_worker(struct sl_store *s, const char *worker_id
 }
 
 /* Admission step 4.2: the route must be live at the request's generation. */
-static int admit_check_route(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int admit_check_route(struct sqlite_conn *st, const struct sl_exec_record *rec,
                              struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_FENCE, err);
@@ -1302,7 +1374,7 @@ static int admit_check_route(struct sqlite_store *st, const struct sl_exec_recor
 }
 
 /* Admission steps 4.3 and 4.4: the parallel limit first, then scopes. */
-static int admit_check_running(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int admit_check_running(struct sqlite_conn *st, const struct sl_exec_record *rec,
                                const char *want_scope, int64_t max_parallel, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_RUNNING, err);
@@ -1331,7 +1403,7 @@ static int admit_check_running(struct sqlite_store *st, const struct sl_exec_rec
     return 0;
 }
 
-static int admit_insert(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int admit_insert(struct sqlite_conn *st, const struct sl_exec_record *rec,
                         const char *scope, int64_t now, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_INSERT, err);
@@ -1350,7 +1422,7 @@ static int admit_insert(struct sqlite_store *st, const struct sl_exec_record *re
     return run(st, stmt, err) < 0 ? sl_error_wrap(err, "insert execution") : 0;
 }
 
-static int admit_mark_route(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int admit_mark_route(struct sqlite_conn *st, const struct sl_exec_record *rec,
                             int64_t now, struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_ADMIT, err);
@@ -1373,7 +1445,7 @@ static int admit_mark_route(struct sqlite_store *st, const struct sl_exec_record
     return 0;
 }
 
-static int admit_locked(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int admit_locked(struct sqlite_conn *st, const struct sl_exec_record *rec,
                         int64_t max_parallel, struct sl_exec_record *existing,
                         struct sl_error *err)
 {
@@ -1396,7 +1468,7 @@ static int sqlite_exec_admit(struct sl_store *s, const struct sl_exec_record *re
                              int64_t max_parallel, struct sl_exec_record *existing,
                              struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     struct sl_exec_record scratch = {0};
     if (!existing)
         existing = &scratch;
@@ -1412,7 +1484,7 @@ static int sqlite_exec_admit(struct sl_store *s, const struct sl_exec_record *re
     return rc;
 }
 
-static int finish_record(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
+static int finish_record(struct sqlite_conn *st, const struct sl_exec_record *rec, int64_t now,
                          struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_FINISH, err);
@@ -1438,7 +1510,7 @@ static int finish_record(struct sqlite_store *st, const struct sl_exec_record *r
 
 /* The earliest-started RUNNING execution of the generation, malloc'd into
  * *out (NULL when none). */
-static int earliest_running(struct sqlite_store *st, const struct sl_exec_record *rec, char **out,
+static int earliest_running(struct sqlite_conn *st, const struct sl_exec_record *rec, char **out,
                             struct sl_error *err)
 {
     *out = NULL;
@@ -1462,7 +1534,7 @@ static int earliest_running(struct sqlite_store *st, const struct sl_exec_record
 /* The route after one of its executions left RUNNING (finished or
  * withdrawn): active_exec_id is the earliest still running, status RUNNING
  * or READY accordingly. */
-static int route_after_exec_locked(struct sqlite_store *st, const struct sl_exec_record *rec,
+static int route_after_exec_locked(struct sqlite_conn *st, const struct sl_exec_record *rec,
                                    int64_t now, struct sl_error *err)
 {
     _cleanup_free_ char *active = NULL;
@@ -1483,7 +1555,7 @@ static int route_after_exec_locked(struct sqlite_store *st, const struct sl_exec
     return run(st, stmt, err) < 0 ? sl_error_wrap(err, "update route") : 0;
 }
 
-static int finish_locked(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
+static int finish_locked(struct sqlite_conn *st, const struct sl_exec_record *rec, int64_t now,
                          struct sl_error *err)
 {
     if (finish_record(st, rec, now, err) < 0)
@@ -1491,7 +1563,7 @@ static int finish_locked(struct sqlite_store *st, const struct sl_exec_record *r
     return route_after_exec_locked(st, rec, now, err);
 }
 
-static int withdraw_locked(struct sqlite_store *st, const struct sl_exec_record *rec, int64_t now,
+static int withdraw_locked(struct sqlite_conn *st, const struct sl_exec_record *rec, int64_t now,
                            struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_WITHDRAW, err);
@@ -1512,7 +1584,7 @@ static int withdraw_locked(struct sqlite_store *st, const struct sl_exec_record 
 static int sqlite_exec_withdraw(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                                 struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     if (tx_begin(st, err) < 0)
         return -1;
@@ -1523,7 +1595,7 @@ static int sqlite_exec_withdraw(struct sl_store *s, const struct sl_exec_record 
 static int sqlite_exec_prune(struct sl_store *s, int64_t older_than, int64_t batch,
                              struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_PRUNE, err);
     if (!stmt)
@@ -1539,7 +1611,7 @@ static int sqlite_exec_prune(struct sl_store *s, int64_t older_than, int64_t bat
 static int sqlite_exec_output_bytes(struct sl_store *s, const char *sandbox_id, int64_t *bytes,
                                     struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = rconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_OUTPUT_BYTES, err);
     if (!stmt)
@@ -1555,7 +1627,7 @@ static int sqlite_exec_output_bytes(struct sl_store *s, const char *sandbox_id, 
     return 0;
 }
 
-static int drop_output_locked(struct sqlite_store *st, const char *sandbox_id,
+static int drop_output_locked(struct sqlite_conn *st, const char *sandbox_id,
                               const char *keep_exec_id, int64_t need, int64_t *freed,
                               struct sl_error *err)
 {
@@ -1600,7 +1672,7 @@ static int sqlite_exec_output_drop(struct sl_store *s, const char *sandbox_id,
                                    const char *keep_exec_id, int64_t need, int64_t *freed,
                                    struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     *freed = 0;
     if (tx_begin(st, err) < 0)
@@ -1611,7 +1683,7 @@ static int sqlite_exec_output_drop(struct sl_store *s, const char *sandbox_id,
 static int sqlite_exec_finish(struct sl_store *s, const struct sl_exec_record *rec, int64_t now,
                               struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     if (tx_begin(st, err) < 0)
         return -1;
@@ -1622,7 +1694,7 @@ static int sqlite_exec_mark_running(struct sl_store *s, const char *sandbox_id, 
                                     const char *status, const char *reason, int64_t now,
                                     struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_MARK, err);
     if (!stmt)
@@ -1642,7 +1714,7 @@ static int sqlite_exec_mark_worker_running(struct sl_store *s, const char *worke
                                            const char *status, const char *reason, int64_t now,
                                            struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_EXEC_MARK_WORKER, err);
     if (!stmt)
@@ -1659,7 +1731,7 @@ static int sqlite_exec_mark_worker_running(struct sl_store *s, const char *worke
 
 /* ---- workers ---- */
 
-static int worker_write(struct sqlite_store *st, enum stmt_id id, const struct sl_worker_row *w,
+static int worker_write(struct sqlite_conn *st, enum stmt_id id, const struct sl_worker_row *w,
                         struct sl_error *err)
 {
     _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, id, err);
@@ -1677,8 +1749,10 @@ static int worker_write(struct sqlite_store *st, enum stmt_id id, const struct s
     if (bind_done(st, &b, err) < 0)
         return -1;
     int rc = sqlite3_step(stmt);
-    if (rc == SQLITE_DONE)
+    if (rc == SQLITE_DONE) {
+        write_health(st, true);
         return sqlite3_changes(st->db);
+    }
     /* -2: another process inserted the row first. */
     if (id == ST_WORKER_INSERT && (rc & 0xff) == SQLITE_CONSTRAINT &&
         sqlite3_extended_errcode(st->db) == SQLITE_CONSTRAINT_PRIMARYKEY)
@@ -1689,7 +1763,7 @@ static int worker_write(struct sqlite_store *st, enum stmt_id id, const struct s
 static int sqlite_worker_upsert(struct sl_store *s, const struct sl_worker_row *w,
                                 struct sl_error *err)
 {
-    struct sqlite_store *st = store_of(s);
+    struct sqlite_conn *st = wconn(s);
     _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
     int r = worker_write(st, ST_WORKER_UPDATE, w, err);
     if (r != 0)
@@ -1702,17 +1776,36 @@ static int sqlite_worker_upsert(struct sl_store *s, const struct sl_worker_row *
 
 /* ---- lifecycle ---- */
 
+static void conn_close(struct sqlite_conn *c)
+{
+    for (size_t i = 0; i < ST_COUNT; i++)
+        sqlite3_finalize(c->stmts[i]);
+    sqlite3_close(c->db);
+    pthread_mutex_destroy(&c->lock);
+}
+
 static void sqlite_close(struct sl_store *s)
 {
     if (!s)
         return;
     struct sqlite_store *st = store_of(s);
-    for (size_t i = 0; i < ST_COUNT; i++)
-        sqlite3_finalize(st->stmts[i]);
-    sqlite3_close(st->db);
-    pthread_mutex_destroy(&st->lock);
+    conn_close(&st->w);
+    conn_close(&st->r);
+    pthread_mutex_destroy(&st->why_lock);
     free(st->path);
     free(st);
+}
+
+static bool sqlite_health(struct sl_store *s, char *why, size_t size)
+{
+    struct sqlite_store *st = store_of(s);
+    bool failing = atomic_load(&st->write_failing);
+    if (failing && why && size) {
+        pthread_mutex_lock(&st->why_lock);
+        snprintf(why, size, "%s", st->why);
+        pthread_mutex_unlock(&st->why_lock);
+    }
+    return !failing;
 }
 
 static const struct sl_store_ops sqlite_ops = {
@@ -1737,6 +1830,7 @@ static const struct sl_store_ops sqlite_ops = {
     .exec_mark_running = sqlite_exec_mark_running,
     .exec_mark_worker_running = sqlite_exec_mark_worker_running,
     .worker_upsert = sqlite_worker_upsert,
+    .health = sqlite_health,
     .close = sqlite_close,
 };
 
@@ -1783,33 +1877,46 @@ struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
         oom(err);
         return NULL;
     }
-    pthread_mutex_init(&st->lock, NULL);
+    pthread_mutex_init(&st->w.lock, NULL);
+    pthread_mutex_init(&st->r.lock, NULL);
+    pthread_mutex_init(&st->why_lock, NULL);
+    st->w.owner = st->r.owner = st;
     st->pub.ops = &sqlite_ops;
     st->pub.backend = "sqlite";
     st->pub.database = st->path;
-
-    /* NOMUTEX: st->lock serialises every use of the connection (see the top
-     * of this file). SQLite opens its files O_CLOEXEC, so sandbox children
-     * never inherit the database. */
-    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
-                (strncmp(path, "file:", 5) == 0 ? SQLITE_OPEN_URI : 0);
-    if (sqlite3_open_v2(path, &st->db, flags, NULL) != SQLITE_OK) {
-        db_fail(st, err, "open");
-        sl_error_wrap(err, "%s", path);
-        sqlite_close(&st->pub);
-        return NULL;
-    }
-    sqlite3_extended_result_codes(st->db, 1);
-    /* busy_timeout first, so switching to WAL waits for other openers. */
-    if (sqlite3_exec(st->db,
-                     "PRAGMA busy_timeout = 15000;"
-                     "PRAGMA journal_mode = WAL;"
-                     "PRAGMA synchronous = NORMAL;",
-                     NULL, NULL, NULL) != SQLITE_OK) {
-        db_fail(st, err, "configure");
-        sl_error_wrap(err, "%s", path);
-        sqlite_close(&st->pub);
-        return NULL;
+    /* An in-memory database is private to its connection: reads share the
+     * writer's. */
+    bool shared = !in_memory;
+    struct sqlite_conn *conns[2] = {&st->w, &st->r};
+    for (int i = 0; i < (shared ? 2 : 1); i++) {
+        struct sqlite_conn *c = conns[i];
+        /* NOMUTEX: c->lock serialises every use of the connection (see the
+         * top of this file). SQLite opens its files O_CLOEXEC, so sandbox
+         * children never inherit the database. */
+        int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                    (strncmp(path, "file:", 5) == 0 ? SQLITE_OPEN_URI : 0);
+        if (sqlite3_open_v2(path, &c->db, flags, NULL) != SQLITE_OK) {
+            db_fail(c, err, "open");
+            sl_error_wrap(err, "%s", path);
+            sqlite_close(&st->pub);
+            return NULL;
+        }
+        sqlite3_extended_result_codes(c->db, 1);
+        /* busy_timeout first, so switching to WAL waits for other openers.
+         * It bounds how long a write waits for another process's lock;
+         * then the request answers SANDBOX_METADATA_UNAVAILABLE. */
+        char pragmas[160];
+        snprintf(pragmas, sizeof(pragmas),
+                 "PRAGMA busy_timeout = %d;"
+                 "PRAGMA journal_mode = WAL;"
+                 "PRAGMA synchronous = NORMAL;",
+                 sl_store_sqlite_busy_timeout_ms);
+        if (sqlite3_exec(c->db, pragmas, NULL, NULL, NULL) != SQLITE_OK) {
+            db_fail(c, err, "configure");
+            sl_error_wrap(err, "%s", path);
+            sqlite_close(&st->pub);
+            return NULL;
+        }
     }
     return &st->pub;
 }

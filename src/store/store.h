@@ -205,6 +205,10 @@ struct sl_store_ops {
     /* Drop the output of the sandbox's oldest finished executions (but
      * keep_exec_id's): stdout and stderr emptied, truncated set, until
      * *freed >= need bytes or none is left. */
+    /* Whether writes land now: false after a write failed for a reason of
+     * the database's own (locked by another process, disk full, read-only,
+     * I/O), until one succeeds again; *why then says what (no path). */
+    bool (*health)(struct sl_store *s, char *why, size_t size);
     int (*exec_output_drop)(struct sl_store *s, const char *sandbox_id, const char *keep_exec_id,
                             int64_t need, int64_t *freed, struct sl_error *err);
     /* Mark every RUNNING execution of (sandbox_id, generation) with `status`
@@ -266,5 +270,9 @@ struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err
 
 /* Backends. */
 struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err);
+/* How long a statement waits for another connection's lock (PRAGMA
+ * busy_timeout) in stores opened after it is set; sl_store_open sets it
+ * from SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS. */
+extern int sl_store_sqlite_busy_timeout_ms;
 
 #endif
