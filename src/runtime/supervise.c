@@ -75,17 +75,18 @@ static void arm_timer(struct sl_rt_exec *x, int64_t at_us)
 
 /* ---- the two kinds of execution ---------------------------------------- */
 
-/* Deliver `sig` to every process of the execution. With a cgroup of its
- * own, that is everything in it: processes that left the command's process
- * group, and those whose leader is already gone (a fork bomb's), SIGKILL
- * without a race against their forks. Then, while the command itself runs,
- * its process group as before: one-shot, the launcher (sandloom-init)
+/* Deliver `sig` to the execution. While the command itself runs, through
+ * its process group (§4.6): one-shot, the launcher (sandloom-init)
  * forwards a catchable signal to its group, SIGKILL goes to the launcher
  * (whose death ends a PID namespace) and to the group; session, one byte on
- * the status socket asks init to signal the group. */
+ * the status socket asks init to signal the group. With a cgroup of its
+ * own, SIGKILL also goes to everything in it, without a race against forks
+ * (processes that left the group), and once the command is gone SIGTERM
+ * does too (what it left behind: a fork bomb's processes). A catchable
+ * signal reaches each process once: a handler must not run twice. */
 static void deliver(struct sl_rt_exec *x, int sig)
 {
-    if (x->cg_exec)
+    if (x->cg_exec && (sig == SIGKILL || x->exited))
         (void)sl_cgroup_exec_signal(x->rt->cgroups, x->uid, x->cg_seq, sig);
     if (x->exited)
         return;

@@ -481,7 +481,8 @@ static size_t uids_with_processes(int64_t lo, int64_t hi, uid_t **out)
         v[n++] = (uid_t)uid;
     }
     closedir(d);
-    qsort(v, n, sizeof(*v), cmp_uid);
+    if (n > 1)
+        qsort(v, n, sizeof(*v), cmp_uid);
     *out = v;
     return n;
 }
