@@ -1081,7 +1081,9 @@ int sl_config_load(struct sl_config *cfg, const char *dotenv_path, struct sl_err
 {
     struct dotenv d = {0};
     memset(cfg, 0, sizeof(*cfg));
-    cfg->template_cache_max_bytes = -1;
+    /* A budget by default (ours; the reference has none): published trees
+     * otherwise grow without bound on the disk every sandbox shares. */
+    cfg->template_cache_max_bytes = SL_CONFIG_TEMPLATE_CACHE_DEFAULT;
 
     int r = dotenv_read(&d, dotenv_path ? dotenv_path : ".env", err);
     for (size_t i = 0; r == 0 && i < SL_ARRAY_LEN(config_vars); i++)

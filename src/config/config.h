@@ -26,6 +26,8 @@ enum sl_db_backend { SL_DB_SQLITE, SL_DB_POSTGRESQL, SL_DB_MYSQL };
  * (staging and prod): a shorter one can be guessed through the API, which
  * every sandbox in host network mode reaches. Locally it is a warning. */
 #define SL_CONFIG_TOKEN_MIN_CHARS 32
+/* SANDBOX_TEMPLATE_CACHE_MAX_BYTES when unset: 10 GiB. */
+#define SL_CONFIG_TEMPLATE_CACHE_DEFAULT (10LL * 1024 * 1024 * 1024)
 
 struct sl_config {
     /* 2.1 identity and HTTP */

@@ -435,6 +435,8 @@ static int remove_edit(json_t *catalog, void *arg, struct sl_error *err)
     return e->removed ? 0 : 1;
 }
 
+static bool tree_pinned(const char *tree_path, void *arg);
+
 json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, struct sl_error *err)
 {
     if (sl_tpl_name_check(name, err) < 0 || sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
@@ -442,6 +444,12 @@ json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, stru
     struct remove_edit e = {.name = name};
     if (catalog_update(svc, remove_edit, &e, err) < 0)
         return NULL;
+    /* Its trees and kept archive go now (the mounted ones stay until no
+     * sandbox mounts them; the maintenance sweep takes them then). */
+    struct sl_error ignored = {0};
+    int removed = sl_tpl_remove_name(svc->cfg->template_root, name, tree_pinned, svc, &ignored);
+    if (removed > 0)
+        sl_info("template %s unpublished: %d local trees and archives removed", name, removed);
     return json_pack("{s:s,s:s}", "status", e.removed ? "REMOVED" : "NOT_FOUND", "name", name);
 }
 
@@ -475,12 +483,42 @@ static bool tree_pinned(const char *tree_path, void *arg)
     return pinned;
 }
 
+struct sweep_ctx {
+    struct sl_service *svc;
+    json_t *catalog;
+};
+
+/* A tree stays while its name is published with this revision, or a live
+ * sandbox mounts it; an archive directory while its name is published. */
+static bool tree_referenced(const char *name, const char *hex, const char *tree_path, void *arg)
+{
+    struct sweep_ctx *c = arg;
+    json_t *rec = json_object_get(c->catalog, name);
+    if (!hex)
+        return rec != NULL;
+    const char *digest = json_string_value(json_object_get(rec, "digest"));
+    if (digest && strncmp(digest, "sha256:", 7) == 0 && strcmp(digest + 7, hex) == 0)
+        return true;
+    return tree_pinned(tree_path, c->svc);
+}
+
 void svc_template_cache_budget(struct sl_service *svc)
 {
     const struct sl_config *cfg = svc->cfg;
+    struct sl_error err = {0};
+    /* First what nothing references: unpublished names' trees, revisions a
+     * newer publish replaced (not mounted anywhere); a catalog that cannot
+     * be read leaves everything in place. */
+    struct sweep_ctx ctx = {.svc = svc, .catalog = catalog_load(svc, &err)};
+    if (ctx.catalog) {
+        int swept = sl_tpl_sweep_unreferenced(cfg->template_root, tree_referenced, &ctx, &err);
+        if (swept > 0)
+            sl_info("template cache: removed %d unreferenced trees and archives", swept);
+        json_decref(ctx.catalog);
+    }
+    sl_error_clear(&err);
     if (cfg->template_cache_max_bytes < 0)
         return;
-    struct sl_error err = {0};
     int removed = sl_tpl_cache_evict(cfg->template_root, cfg->template_cache_max_bytes,
                                      tree_pinned, svc, &err);
     if (removed < 0)

@@ -302,7 +302,11 @@ static int snap_dir(struct snap *s, int dirfd, const struct stat *dir_st, int64_
 
 static int snap_file(struct snap *s, int dirfd, const char *name, const struct stat *st)
 {
-    s->source_bytes += st->st_size;
+    /* What the file really takes: its allocated blocks when they are fewer
+     * than its size (a sparse 1000 MB file holds 4 KB, and extraction keeps
+     * the hole), else its size. */
+    int64_t allocated = (int64_t)st->st_blocks * 512;
+    s->source_bytes += allocated < st->st_size ? allocated : st->st_size;
     if (s->lim->max_source_bytes > 0 && s->source_bytes > s->lim->max_source_bytes)
         return snap_fail(s, MSG_SOURCE_BYTES);
     /* O_NONBLOCK: should the name have become a FIFO since the fstatat,
@@ -844,6 +848,48 @@ static int x_dir(struct extract *x, int pfd, const char *name, mode_t mode)
     return 0;
 }
 
+/* Zero blocks become holes: a sparse file stays sparse in the template
+ * root (a 1000 MB file of 4 KB on disk became 1001 MB of real blocks), and
+ * only what is written counts against the extraction limit. */
+#define HOLE_BLOCK 4096
+
+static bool all_zero(const char *p, size_t n)
+{
+    return n > 0 && p[0] == 0 && memcmp(p, p + 1, n - 1) == 0;
+}
+
+static int x_write_sparse(struct extract *x, int fd, const char *data, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        size_t len = n - done < HOLE_BLOCK ? n - done : HOLE_BLOCK;
+        if (all_zero(data + done, len)) {
+            if (lseek(fd, (off_t)len, SEEK_CUR) < 0)
+                return x_errno(x, "seek");
+            done += len;
+            continue;
+        }
+        /* A run of data blocks in one write. */
+        size_t run = len;
+        while (done + run < n) {
+            size_t next = n - done - run < HOLE_BLOCK ? n - done - run : HOLE_BLOCK;
+            if (all_zero(data + done + run, next))
+                break;
+            run += next;
+        }
+        x->total += (int64_t)run;
+        if (x->max_bytes > 0 && x->total > x->max_bytes)
+            return sl_error_set(x->err, SL_E_INVALID_ARGUMENT, 0,
+                                "template expands to more than %" PRId64
+                                " bytes; refusing to extract",
+                                x->max_bytes);
+        if (write_all(fd, data + done, run) < 0)
+            return x_errno(x, "write");
+        done += run;
+    }
+    return 0;
+}
+
 static int x_file(struct extract *x, int pfd, const char *name, mode_t mode, time_t mtime)
 {
     if (x_clear_slot(x, pfd, name) < 0)
@@ -852,15 +898,20 @@ static int x_file(struct extract *x, int pfd, const char *name, mode_t mode, tim
         openat(pfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return x_errno(x, "create");
+    off_t size = 0;
     for (;;) {
         la_ssize_t n = archive_read_data(x->a, x->buf, IO_CHUNK);
         if (n < 0)
             return x_refuse(x, MSG_X_CORRUPT);
         if (n == 0)
             break;
-        if (write_all(fd, x->buf, (size_t)n) < 0)
-            return x_errno(x, "write");
+        if (x_write_sparse(x, fd, x->buf, (size_t)n) < 0)
+            return -1;
+        size += n;
     }
+    /* Trailing zeros were skipped: the size comes from here. */
+    if (ftruncate(fd, size) < 0)
+        return x_errno(x, "truncate");
     if (fchmod(fd, x_sanitize(mode)) < 0)
         return x_errno(x, "chmod");
     struct timespec times[2] = {{.tv_sec = mtime}, {.tv_sec = mtime}};
@@ -948,12 +999,6 @@ static int x_entry(struct extract *x, struct archive_entry *e, struct comps *c)
     if (!hardlink && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
         return x_refuse(x, MSG_X_SPECIAL);
 
-    if (archive_entry_size_is_set(e) && archive_entry_size(e) > 0)
-        x->total += archive_entry_size(e);
-    if (x->max_bytes > 0 && x->total > x->max_bytes)
-        return sl_error_set(x->err, SL_E_INVALID_ARGUMENT, 0,
-                            "template expands to more than %" PRId64 " bytes; refusing to extract",
-                            x->max_bytes);
 
     if (c->n == 0) {
         /* "." or "./": the destination itself, which keeps its 0755. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <dirent.h>
@@ -245,6 +246,101 @@ static int cmp_used(const void *a, const void *b)
     if (x->used.tv_sec != y->used.tv_sec)
         return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
     return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
+}
+
+int sl_tpl_remove_name(const char *root, const char *name,
+                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
+                       struct sl_error *err)
+{
+    if (sl_tpl_name_check(name, err) < 0)
+        return -1;
+    char name_dir[PATH_MAX - 300];
+    snprintf(name_dir, sizeof(name_dir), "%s/%s", root, name);
+    int removed = 0;
+    bool mounted = false;
+    DIR *d = opendir(name_dir);
+    for (struct dirent *r; d && (r = readdir(d));) {
+        if (strncmp(r->d_name, "sha256-", 7) != 0)
+            continue;
+        char tree[PATH_MAX];
+        snprintf(tree, sizeof(tree), "%s/%s", name_dir, r->d_name);
+        if (pinned && pinned(tree, arg)) {
+            mounted = true;
+            continue;
+        }
+        if (nftw(tree, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+            removed++;
+    }
+    if (d)
+        closedir(d);
+    (void)rmdir(name_dir);
+    if (!mounted) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/.archives/%s", root, name);
+        if (access(dir, F_OK) == 0 && nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+            removed++;
+    }
+    return removed;
+}
+
+/* A publish writes its tree and archive before its catalog entry, and a
+ * tree's mtime is touched on every use: anything touched within the grace
+ * may be on its way into the catalog, or was just in use. */
+#define SWEEP_GRACE_SECONDS 600
+
+static bool recently_used(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && time(NULL) - st.st_mtim.tv_sec < SWEEP_GRACE_SECONDS;
+}
+
+int sl_tpl_sweep_unreferenced(const char *root,
+                              bool (*keep)(const char *name, const char *hex,
+                                           const char *tree_path, void *arg),
+                              void *arg, struct sl_error *err)
+{
+    DIR *top = opendir(root);
+    if (!top)
+        return errno == ENOENT ? 0 : sl_error_errno(err, SL_E_INTERNAL, "cannot read %s", root);
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(top));) {
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+            continue;
+        char name_dir[PATH_MAX - 300];
+        snprintf(name_dir, sizeof(name_dir), "%s/%s", root, e->d_name);
+        DIR *d = opendir(name_dir);
+        for (struct dirent *r; d && (r = readdir(d));) {
+            if (strncmp(r->d_name, "sha256-", 7) != 0)
+                continue;
+            char tree[PATH_MAX];
+            snprintf(tree, sizeof(tree), "%s/%s", name_dir, r->d_name);
+            if (recently_used(tree) || keep(e->d_name, r->d_name + 7, tree, arg))
+                continue;
+            if (nftw(tree, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+                removed++;
+        }
+        if (d)
+            closedir(d);
+        (void)rmdir(name_dir); /* empty once its last revision went */
+    }
+    closedir(top);
+    char archives[PATH_MAX - 300]; /* + "/" + a name always fits PATH_MAX */
+    if ((size_t)snprintf(archives, sizeof(archives), "%s/.archives", root) >= sizeof(archives))
+        return removed;
+    DIR *a = opendir(archives);
+    for (struct dirent *e; a && (e = readdir(a));) {
+        if (e->d_name[0] == '.' || e->d_type != DT_DIR || keep(e->d_name, NULL, NULL, arg))
+            continue;
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof(dir), "%s/%s", archives, e->d_name);
+        if (recently_used(dir))
+            continue;
+        if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
+            removed++;
+    }
+    if (a)
+        closedir(a);
+    return removed;
 }
 
 int sl_tpl_cache_evict(const char *root, int64_t max_bytes,

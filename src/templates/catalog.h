@@ -65,4 +65,22 @@ int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
                        bool (*pinned)(const char *tree_path, void *arg), void *arg,
                        struct sl_error *err);
 
+/* Remove what nothing references any more (and was not used within the
+ * last ten minutes: a publish writes its tree before its catalog entry):
+ * every tree <name>/sha256-<hex>
+ * for which keep(name, hex, tree_path, arg) is false (not the revision a
+ * published name stands for, not mounted by a live sandbox), and the kept
+ * archives (.archives/<name>) of names keep(name, NULL, NULL, arg) refuses
+ * (unpublished). Returns the number of trees and archive directories
+ * removed, -1 when the root cannot be read. */
+/* Unpublish: remove name's trees that `pinned` does not protect, and its
+ * kept archives when none is left mounted. Returns how many went. */
+int sl_tpl_remove_name(const char *root, const char *name,
+                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
+                       struct sl_error *err);
+int sl_tpl_sweep_unreferenced(const char *root,
+                              bool (*keep)(const char *name, const char *hex,
+                                           const char *tree_path, void *arg),
+                              void *arg, struct sl_error *err);
+
 #endif

@@ -28,6 +28,7 @@
 #include <sys/sysmacros.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -35,6 +36,7 @@
 #include "common/cleanup.h"
 #include "common/error.h"
 #include "templates/archive.h"
+#include "templates/catalog.h"
 
 static char base[] = "/tmp/sl-tpl-test-XXXXXX";
 static int case_no;
@@ -994,12 +996,81 @@ static void extract_strips_modes(void **state)
     }
 }
 
+/* A member of zeros (a sparse file's archive) stays sparse: its size is
+ * kept, its blocks are not written, and it does not count against the
+ * extraction limit (hardening issue, 14). */
+static void extract_keeps_holes(void **state)
+{
+    (void)state;
+    const char *dir = case_dir();
+    const struct craft items[] = {{.name = "sparse", .size = 8 * 1024 * 1024},
+                                  {.name = "data", .data = "0123456789"}};
+    struct sl_error err = {0};
+    if (extract_crafted(dir, items, 2, 1024 * 1024, &err) != 0)
+        fail_msg("refused: %s", sl_error_text(&err));
+    struct stat st;
+    assert_int_equal(stat(pathf("%s/out/sparse", dir), &st), 0);
+    assert_int_equal(st.st_size, 8 * 1024 * 1024);
+    assert_true(st.st_blocks * 512 <= 64 * 1024);
+    assert_int_equal(stat(pathf("%s/out/data", dir), &st), 0);
+    assert_int_equal(st.st_size, 10);
+}
+
+/* The sweep of templates/catalog.c: trees nothing references (not the
+ * published revision, not mounted) go once past the grace; so do the kept
+ * archives of unpublished names; a fresh tree stays. */
+static bool keep_published(const char *name, const char *hex, const char *tree, void *arg)
+{
+    (void)arg;
+    if (strstr(tree ? tree : "", "mounted"))
+        return true;
+    if (strcmp(name, "pub") != 0)
+        return false;
+    return !hex || strcmp(hex, "aaaa") == 0;
+}
+
+static void age(const char *path)
+{
+    struct timespec old[2] = {{.tv_sec = time(NULL) - 3600}, {.tv_sec = time(NULL) - 3600}};
+    assert_int_equal(utimensat(AT_FDCWD, path, old, 0), 0);
+}
+
+static void sweep_removes_unreferenced_trees(void **state)
+{
+    (void)state;
+    const char *root = case_dir();
+    const char *dirs[] = {"pub", "pub/sha256-aaaa", "pub/sha256-bbbb", "gone", "gone/sha256-cccc",
+                          "gone/sha256-mounted", "fresh", "fresh/sha256-dddd", ".archives",
+                          ".archives/pub", ".archives/gone"};
+    for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++)
+        put_dir(pathf("%s/%s", root, dirs[i]), 0755);
+    put_text(pathf("%s/gone/sha256-cccc/f", root), "x", 0644);
+    const char *old[] = {"pub/sha256-aaaa", "pub/sha256-bbbb", "gone/sha256-cccc",
+                         "gone/sha256-mounted", ".archives/pub", ".archives/gone"};
+    for (size_t i = 0; i < sizeof(old) / sizeof(old[0]); i++)
+        age(pathf("%s/%s", root, old[i]));
+    struct sl_error err = {0};
+    int n = sl_tpl_sweep_unreferenced(root, keep_published, NULL, &err);
+    assert_int_equal(n, 3); /* pub's old revision, gone's unmounted tree, gone's archives */
+    assert_true(exists(pathf("%s/pub/sha256-aaaa", root)));
+    assert_false(exists(pathf("%s/pub/sha256-bbbb", root)));
+    assert_false(exists(pathf("%s/gone/sha256-cccc", root)));
+    assert_true(exists(pathf("%s/gone/sha256-mounted", root)));
+    assert_true(exists(pathf("%s/fresh/sha256-dddd", root))); /* within the grace */
+    assert_true(exists(pathf("%s/.archives/pub", root)));
+    assert_false(exists(pathf("%s/.archives/gone", root)));
+}
+
 static void extract_refuses_oversize(void **state)
 {
     (void)state;
-    const struct craft one[] = {{.name = "big", .size = 100}};
+    /* Only data counts (zero blocks become holes): members of 100 and 60 bytes. */
+    static const char d100[] = "0123456789012345678901234567890123456789012345678901234567890123456789"
+                               "012345678901234567890123456789";
+    static const char d60[] = "012345678901234567890123456789012345678901234567890123456789";
+    const struct craft one[] = {{.name = "big", .data = d100}};
     expect_refused(one, 1, 99, "template expands to more than 99 bytes; refusing to extract");
-    const struct craft sum[] = {{.name = "a", .size = 60}, {.name = "b", .size = 60}};
+    const struct craft sum[] = {{.name = "a", .data = d60}, {.name = "b", .data = d60}};
     expect_refused(sum, 2, 100, "template expands to more than 100 bytes; refusing to extract");
     const char *dir = case_dir();
     struct sl_error err = {0};
@@ -1054,6 +1125,8 @@ int main(void)
         cmocka_unit_test(extract_refuses_escaping_links),
         cmocka_unit_test(extract_refuses_special_files),
         cmocka_unit_test(extract_strips_modes),
+        cmocka_unit_test(extract_keeps_holes),
+        cmocka_unit_test(sweep_removes_unreferenced_trees),
         cmocka_unit_test(extract_refuses_oversize),
         cmocka_unit_test(extract_refuses_corrupt),
     };
