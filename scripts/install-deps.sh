@@ -10,7 +10,8 @@ build_pkgs=(build-essential meson ninja-build pkg-config
             libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev python3)
 # chromium: the console's browser test (driven by npm playwright-core with the
 # machine's Node.js 20; Debian's own nodejs 18 is too old for it).
-test_pkgs=(libcmocka-dev python3-pytest curl chromium)
+# btrfs-progs, e2fsprogs: the full-filesystem tests make btrfs and ext4 on loop devices.
+test_pkgs=(libcmocka-dev python3-pytest curl chromium btrfs-progs e2fsprogs)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = test ] && pkgs+=("${test_pkgs[@]}")

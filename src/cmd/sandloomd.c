@@ -55,6 +55,18 @@ static void refuse(const char *log_path, const char *kind, const struct sl_error
         fprintf(stderr, "sandloomd: %s\n", err->message[0] ? err->message : sl_error_text(err));
 }
 
+/* Async-signal-safe: a fixed line, then the default action (SA_RESETHAND:
+ * returning re-runs the faulting instruction, which now kills us). */
+static void on_sigbus(int sig)
+{
+    (void)sig;
+    static const char msg[] = "sandloomd: fatal: SIGBUS (a memory-mapped file could not be "
+                              "backed: is the state filesystem full?)\n";
+    if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
+        /* nothing else to do */
+    }
+}
+
 int main(void)
 {
     /* Every thread inherits this mask; the main thread waits for the
@@ -65,6 +77,13 @@ int main(void)
     sigaddset(&stop_signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* A SIGBUS is said in the log before the process dies: one from a
+     * memory-mapped file on a full filesystem used to end the daemon
+     * without a word. (Other crashes are left to the sanitizers and core
+     * dumps.) */
+    struct sigaction last_word = {.sa_handler = on_sigbus, .sa_flags = SA_RESETHAND};
+    sigemptyset(&last_word.sa_mask);
+    sigaction(SIGBUS, &last_word, NULL);
     /* Every command in flight holds ~4 descriptors and every waiting client
      * one: take all the descriptors the host allows us (sandboxes get their
      * own limit, set at spawn). */

@@ -503,6 +503,15 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     int admitted = svc->store->ops->exec_admit(
         svc->store, &x->rec, svc->cfg->max_parallel_execs_per_sandbox, &existing, err);
     if (admitted < 0) {
+        /* "Busy" because a finished command's record could not be written
+         * yet (it still says RUNNING): the database is the cause. */
+        if (err && (sl_error_is(err, SL_E_EXEC_SCOPE_BUSY) ||
+                    sl_error_is(err, SL_E_PARALLEL_EXEC_LIMIT)) &&
+            svc_finish_retry_holds(svc, sandbox_id)) {
+            sl_error_set(err, SL_E_STORE, 0, "%s", SL_E_STORE);
+            snprintf(err->detail, sizeof(err->detail),
+                     "results of finished commands of %s wait to be written", sandbox_id);
+        }
         svc_exec_put(x);
         return -1;
     }

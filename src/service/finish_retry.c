@@ -88,6 +88,16 @@ void svc_finish_retry_add(struct sl_service *svc, const struct sl_exec_record *r
     pthread_mutex_unlock(&svc->loop_lock);
 }
 
+bool svc_finish_retry_holds(struct sl_service *svc, const char *sandbox_id)
+{
+    bool found = false;
+    pthread_mutex_lock(&svc->finish_lock);
+    for (struct svc_pending_finish *p = svc->finish_pending; p && !found; p = p->next)
+        found = strcmp(p->rec.sandbox_id, sandbox_id) == 0;
+    pthread_mutex_unlock(&svc->finish_lock);
+    return found;
+}
+
 size_t svc_finish_retry_pending(struct sl_service *svc)
 {
     pthread_mutex_lock(&svc->finish_lock);

@@ -201,6 +201,8 @@ struct svc_pending_finish;
 void svc_finish_retry_add(struct sl_service *svc, const struct sl_exec_record *rec);
 void svc_finish_retry_run(struct sl_service *svc);
 size_t svc_finish_retry_pending(struct sl_service *svc);
+/* Whether a result of this sandbox waits to be written. */
+bool svc_finish_retry_holds(struct sl_service *svc, const char *sandbox_id);
 void svc_finish_retry_free(struct sl_service *svc);
 json_t *svc_disk_json(const struct sl_disk_status *d);
 

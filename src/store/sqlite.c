@@ -22,6 +22,11 @@
 #include "store/store.h"
 
 #include <errno.h>
+#include <unistd.h>
+#include <sys/ioctl.h>
+#include <linux/fs.h>
+#include <limits.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1861,6 +1866,30 @@ static int make_parent_dirs(const char *path, struct sl_error *err)
     }
 }
 
+/* SQLite maps the WAL index (<db>-shm) into memory. On a copy-on-write
+ * filesystem (btrfs) every write to a mapped page needs a new block, and
+ * on a full disk the kernel can only answer SIGBUS: the daemon died in the
+ * middle of a command, with no log line. A file created empty with the
+ * no-copy-on-write flag keeps its blocks, which SQLite allocates when it
+ * grows the file (it writes to every new page first), so a mapped write
+ * never needs a block again. Elsewhere the flag is not supported and
+ * nothing changes; a -shm that exists already is left as it is. */
+static void shm_no_cow(const char *path)
+{
+    char shm[PATH_MAX];
+    if ((size_t)snprintf(shm, sizeof(shm), "%s-shm", path) >= sizeof(shm))
+        return;
+    int fd = open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return;
+    int flags = 0;
+    if (ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0) {
+        flags |= FS_NOCOW_FL;
+        (void)ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    close(fd);
+}
+
 struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
 {
     if (!path || !*path) {
@@ -1870,6 +1899,8 @@ struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
     bool in_memory = strcmp(path, ":memory:") == 0 || strncmp(path, "file:", 5) == 0;
     if (!in_memory && make_parent_dirs(path, err) < 0)
         return NULL;
+    if (!in_memory)
+        shm_no_cow(path);
 
     struct sqlite_store *st = calloc(1, sizeof(*st));
     if (!st || !(st->path = strdup(path))) {
