@@ -748,10 +748,10 @@ static void child_proc(const struct spawn_child *c)
                 continue; /* not in this kernel */
             child_fail(c, STAGE_PROC, -1);
         }
+        /* Not nodev: the cover is /dev/null itself, which must open. */
         CHILD_TRY(c, STAGE_PROC, -1,
                   child_setattr(proc_masked_files[i], 0,
-                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
-                                    MOUNT_ATTR_NOEXEC));
+                                MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC));
     }
     /* One empty tmpfs, bound over every masked directory: a tmpfs
      * superblock per directory cost a warm session 40 KiB each. */
