@@ -46,6 +46,7 @@ struct svc_reaper {
     int64_t last_prune_us;           /* maintenance thread only; 0 = never */
     bool prune_unfinished;           /* the last one hit its per-cycle bound */
     int64_t exec_history_pruned_rows; /* total deleted so far */
+    int64_t audit_history_pruned_rows; /* routes whose history was trimmed, total */
 };
 
 struct sl_service {

@@ -16,6 +16,7 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "service/history.h"
 #include "common/util.h"
 #include "service/internal.h"
 #include "workspace/layout.h"
@@ -258,6 +259,48 @@ static void relieve_disk_pressure(struct sl_service *svc)
 #define PRUNE_BATCH 2000
 #define PRUNE_MAX_BATCHES 25
 
+/* The other half of step 7: the lifecycle histories of up to
+ * HISTORY_TRIM_BATCH routes (least recently active first) brought to their
+ * bounds again (API.md §3.9: 15 days, 256 entries, 64 KiB); histories are
+ * bounded when written, so this drops what aged out since. Written only if
+ * unchanged meanwhile. Returns the routes trimmed. */
+#define HISTORY_TRIM_BATCH 500
+
+static int64_t trim_histories(struct sl_service *svc, int64_t now)
+{
+    struct sl_route_filter f = {.limit = HISTORY_TRIM_BATCH, .oldest_first = true};
+    struct sl_route *routes = NULL;
+    size_t n = 0;
+    int64_t total = 0, trimmed = 0;
+    struct sl_error err = {0};
+    if (svc->store->ops->route_list(svc->store, &f, &routes, &n, &total, &err) < 0) {
+        sl_warn("maintenance: reading route histories failed: %s", sl_error_text(&err));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *old = routes[i].lifecycle_history_json;
+        if (!old || !*old)
+            continue;
+        json_t *parsed = json_loads(old, 0, NULL);
+        size_t before = json_is_array(parsed) ? json_array_size(parsed) : 0;
+        json_decref(parsed);
+        json_t *bounded = sl_history_bounded(old, now);
+        size_t after = json_array_size(bounded);
+        char *text = after < before ? json_dumps(bounded, JSON_COMPACT) : NULL;
+        json_decref(bounded);
+        if (!text)
+            continue;
+        if (svc->store->ops->route_history_cas(svc->store, routes[i].sandbox_id, old, text,
+                                               &err) > 0)
+            trimmed++;
+        free(text);
+    }
+    sl_routes_free(routes, n);
+    if (trimmed > 0)
+        sl_info("maintenance: trimmed the lifecycle history of %lld routes", (long long)trimmed);
+    return trimmed;
+}
+
 static void prune_history(struct sl_service *svc, int64_t now)
 {
     const struct sl_config *cfg = svc->cfg;
@@ -287,10 +330,12 @@ static void prune_history(struct sl_service *svc, int64_t now)
     if (deleted > 0)
         sl_info("maintenance: deleted %lld execution records older than %lld s",
                 (long long)deleted, (long long)cfg->exec_retention_seconds);
+    int64_t trimmed = trim_histories(svc, now);
     pthread_mutex_lock(&svc->loop_lock);
     rs->last_prune_us = mono;
     rs->prune_unfinished = n > 0;
     rs->exec_history_pruned_rows += deleted;
+    rs->audit_history_pruned_rows += trimmed;
     rs->pruned = true;
     pthread_mutex_unlock(&svc->loop_lock);
 }
@@ -332,9 +377,12 @@ json_t *svc_reaper_status(struct sl_service *svc)
         /* Ours, additive: how long the last pass took (bench/reaper_bench). */
         json_object_set_new(o, "last_duration_ms", json_real((double)rs.last_duration_us / 1000));
     }
-    if (rs.pruned)
+    if (rs.pruned) {
+        json_object_set_new(o, "audit_history_pruned_rows",
+                            json_integer(rs.audit_history_pruned_rows));
         json_object_set_new(o, "exec_history_pruned_rows",
                             json_integer(rs.exec_history_pruned_rows));
+    }
     if (rs.dormant_seen)
         json_object_set_new(o, "dormant_evicted_total", json_integer(rs.dormant_evicted_total));
     if (rs.orphans_seen)

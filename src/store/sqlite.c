@@ -86,6 +86,7 @@ enum stmt_id {
     ST_EXEC_MARK_WORKER,
     ST_EXEC_WITHDRAW,
     ST_EXEC_PRUNE,
+    ST_ROUTE_HISTORY_CAS,
     ST_EXEC_OUTPUT_BYTES,
     ST_EXEC_OUTPUT_OLDEST,
     ST_EXEC_OUTPUT_CLEAR,
@@ -221,6 +222,10 @@ static const char *const stmt_sql[ST_COUNT] = {
                               " ORDER BY started_at, created_at LIMIT 64",
     [ST_EXEC_OUTPUT_CLEAR] = "UPDATE " EXEC_TABLE " SET stdout_text = '', stderr_text = '', "
                              "truncated = 1 WHERE rowid = ?1",
+    /* Only the history, and only if it is still what was read (IS: NULL
+     * compares equal to NULL); updated_at and the rest stay. */
+    [ST_ROUTE_HISTORY_CAS] = "UPDATE " ROUTE_TABLE " SET lifecycle_history_json = ?3"
+                             " WHERE sandbox_id = ?1 AND lifecycle_history_json IS ?2",
     [ST_WORKER_UPDATE] = "UPDATE " WORKER_TABLE " SET worker_epoch = ?2, endpoint = ?3, "
                          "status = ?4, capacity = ?5, running_sessions = ?6, profile_hash = ?7, "
                          "heartbeat_at = ?8, updated_at = ?8 WHERE worker_id = ?1",
@@ -1597,6 +1602,24 @@ static int sqlite_exec_withdraw(struct sl_store *s, const struct sl_exec_record 
     return tx_end(st, r < 0 ? -1 : 0, err) < 0 ? -1 : r;
 }
 
+static int sqlite_route_history_cas(struct sl_store *s, const char *sandbox_id,
+                                    const char *expect, const char *history, struct sl_error *err)
+{
+    struct sqlite_conn *st = wconn(s);
+    _cleanup_unlock_ pthread_mutex_t *guard = store_lock(st);
+    _cleanup_reset_ sqlite3_stmt *stmt = stmt_get(st, ST_ROUTE_HISTORY_CAS, err);
+    if (!stmt)
+        return -1;
+    struct binder b = {stmt, SQLITE_OK};
+    bind_text(&b, 1, sandbox_id);
+    bind_text(&b, 2, expect);
+    bind_text(&b, 3, history);
+    if (bind_done(st, &b, err) < 0)
+        return -1;
+    int r = run(st, stmt, err);
+    return r < 0 ? -1 : r > 0;
+}
+
 static int sqlite_exec_prune(struct sl_store *s, int64_t older_than, int64_t batch,
                              struct sl_error *err)
 {
@@ -1830,6 +1853,7 @@ static const struct sl_store_ops sqlite_ops = {
     .exec_finish = sqlite_exec_finish,
     .exec_withdraw = sqlite_exec_withdraw,
     .exec_prune = sqlite_exec_prune,
+    .route_history_cas = sqlite_route_history_cas,
     .exec_output_bytes = sqlite_exec_output_bytes,
     .exec_output_drop = sqlite_exec_output_drop,
     .exec_mark_running = sqlite_exec_mark_running,

@@ -198,6 +198,11 @@ struct sl_store_ops {
      * older_than, oldest started first. Returns rows deleted, -1 error. */
     int (*exec_prune)(struct sl_store *s, int64_t older_than, int64_t batch,
                       struct sl_error *err);
+    /* Replace a route's lifecycle_history_json with `history` if it is
+     * still `expect` (NULL = NULL); nothing else of the row changes. 1
+     * written, 0 it changed meanwhile, -1 error. */
+    int (*route_history_cas)(struct sl_store *s, const char *sandbox_id, const char *expect,
+                             const char *history, struct sl_error *err);
     /* Stored output (stdout + stderr bytes) of a sandbox's finished
      * executions. */
     int (*exec_output_bytes)(struct sl_store *s, const char *sandbox_id, int64_t *bytes,
