@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "runtime/runtime.h"
+#include "workspace/quota.h"
 #include "service/service.h"
 #include <sys/stat.h>
 
@@ -91,6 +92,21 @@ int main(int argc, char **argv)
                           p->cgroup_version ? json_integer(p->cgroup_version) : json_null(),
                           "memory_quota", p->memory_quota, "pids_quota", p->pids_quota,
                           "cpu_quota", p->cpu_quota, "note", p->cgroup_note));
+            /* The disk quota: what the service would enforce, and how. */
+            struct ws_quota dq;
+            ws_quota_probe(cfg.workspace_root, cfg.workspace_quota_bytes,
+                           cfg.workspace_quota_inodes, false, &dq);
+            json_t *disk = json_pack("{s:b,s:s,s:I,s:I}", "sandbox_disk_quota",
+                                     dq.qgroups && cfg.workspace_quota_bytes > 0, "mode", dq.mode,
+                                     "bytes", (json_int_t)cfg.workspace_quota_bytes, "inodes",
+                                     (json_int_t)cfg.workspace_quota_inodes);
+            if (dq.why[0]) {
+                json_object_set_new(disk, "note", json_string(dq.why));
+                json_array_append_new(warnings, json_string("the per-sandbox disk quota is not "
+                                                            "fully enforced by the filesystem "
+                                                            "(see capabilities.disk_quota)"));
+            }
+            json_object_set_new(caps, "disk_quota", disk);
             if (!p->memory_quota || !p->pids_quota || !p->cpu_quota)
                 json_array_append_new(warnings,
                                       json_string("some aggregate sandbox quotas are not enforced "

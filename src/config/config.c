@@ -186,6 +186,11 @@ static const struct config_var config_vars[] = {
     /* Ours: how long a database write waits for a lock another process
      * holds before the request answers 503 SANDBOX_METADATA_UNAVAILABLE. */
     V_INT("SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS", database_lock_timeout_seconds, "5", 1, 600),
+    /* Ours: one sandbox's whole tree (workspace, home, cache, envs); 0 =
+     * none. Enforced by btrfs qgroups where the workspace root is on btrfs,
+     * else by accounting (workspace/quota.h). */
+    V_INT("SANDBOX_WORKSPACE_QUOTA_BYTES", workspace_quota_bytes, "10737418240", 0, NOLIM),
+    V_INT("SANDBOX_WORKSPACE_QUOTA_INODES", workspace_quota_inodes, "1000000", 0, NOLIM),
     V_INT("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", http_header_timeout_seconds, "10", 0, 3600),
     /* Ours: connections one sandbox's uid may hold to the API at once
      * (host network mode reaches it); all sandboxes together get half the

@@ -87,7 +87,7 @@ json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_
     struct sl_ws_target t = {0};
     struct file_ctx ctx;
     _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
-    if (fd < 0)
+    if (fd < 0 || svc_disk_quota_check(svc, sandbox_id, err) < 0)
         return NULL;
     struct sl_buf data;
     sl_buf_init(&data, (size_t)t.max_file_bytes);
@@ -174,7 +174,8 @@ json_t *sl_svc_file_mkdir(struct sl_service *svc, const char *sandbox_id, int64_
     struct sl_ws_target t = {0};
     struct file_ctx ctx;
     _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
-    if (fd < 0 || ws_file_mkdir(&t, path.s, path.len, parents, err) < 0)
+    if (fd < 0 || svc_disk_quota_check(svc, sandbox_id, err) < 0 ||
+        ws_file_mkdir(&t, path.s, path.len, parents, err) < 0)
         return NULL;
     file_done(svc, sandbox_id, generation);
     return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);

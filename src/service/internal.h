@@ -12,6 +12,7 @@
 #include "service/service.h"
 #include "store/store.h"
 #include "workspace/layout.h"
+#include "workspace/quota.h"
 
 /* A sandbox live on this worker process (the runtime table of API.md §2.2
  * rule 4): created by connect, removed by release. */
@@ -23,6 +24,7 @@ struct sl_live {
     int64_t last_activity_us;
     int listings; /* directory listings in progress (SVC_MAX_LISTINGS_PER_SANDBOX) */
     int64_t stored_output_bytes; /* of its finished records; -1 = not counted yet */
+    bool over_disk_quota;        /* by the last count of the maintenance cycle */
     /* Attached templates (API.md §3.13): array of records, each with its
      * "local_path"; NULL = none. Owned by the entry. */
     json_t *templates;
@@ -77,6 +79,9 @@ struct sl_service {
     size_t execs_n;
     struct sl_pool *completions;
     atomic_bool shutting_down;
+
+    /* the per-sandbox disk quota and how it is enforced (disk_quota.c) */
+    struct ws_quota quota;
 
     /* completion writes that failed, retried by the loop (finish_retry.c) */
     pthread_mutex_t finish_lock;
@@ -192,6 +197,12 @@ int svc_execs_start(struct sl_service *svc, struct sl_error *err);
 void svc_execs_close(struct sl_service *svc);
 
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
+
+/* disk_quota.c: usage of every live sandbox counted against the quota
+ * (where the filesystem does not enforce it); file writes of a sandbox
+ * over it are refused. */
+void svc_disk_quota_cycle(struct sl_service *svc);
+int svc_disk_quota_check(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
 /* finish_retry.c: failed completion writes, retried every second by the
  * service loop until they land. */

@@ -498,7 +498,7 @@ json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t g
     struct sl_disk_status disk;
     svc_disk_status(svc, &disk);
     if (ws_sandbox_create(svc->cfg->workspace_root, sandbox_id, (uid_t)r.sandbox_uid,
-                          disk.available, err) < 0)
+                          disk.available, &svc->quota, err) < 0)
         goto out;
     if (status_is(&r, "RUNNING")) {
         sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");

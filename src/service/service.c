@@ -200,7 +200,8 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
                            "bytes_per_file", (json_int_t)cfg->max_file_size_bytes,
                            "sandbox_cpu_quota", p->cpu_quota, "sandbox_memory_quota",
                            p->memory_quota, "sandbox_pid_quota", p->pids_quota,
-                           "sandbox_disk_quota", 0, "execution_cgroup_supervision",
+                           "sandbox_disk_quota", svc->quota.qgroups && cfg->workspace_quota_bytes > 0,
+                           "execution_cgroup_supervision",
                            p->cgroup_version != 0);
     json_t *quotas = json_object();
     if (p->memory_quota)
@@ -209,6 +210,14 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
         json_object_set_new(quotas, "pids", json_integer(cfg->pids_limit));
     if (p->cpu_quota)
         json_object_set_new(quotas, "cpus", json_real(cfg->cpu_limit));
+    /* Ours: the disk quota and who enforces it (workspace/quota.h). */
+    if (cfg->workspace_quota_bytes > 0)
+        json_object_set_new(quotas, "disk_bytes", json_integer(cfg->workspace_quota_bytes));
+    if (cfg->workspace_quota_inodes > 0)
+        json_object_set_new(quotas, "disk_inodes", json_integer(cfg->workspace_quota_inodes));
+    json_object_set_new(rc, "sandbox_disk_quota_mode", json_string(svc->quota.mode));
+    if (svc->quota.why[0])
+        json_object_set_new(rc, "sandbox_disk_quota_note", json_string(svc->quota.why));
     json_object_set_new(rc, "sandbox_quotas", quotas);
     json_object_set_new(rc, "cgroup_version",
                         p->cgroup_version ? json_integer(p->cgroup_version) : json_null());
@@ -276,6 +285,10 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
         free(svc);
         return NULL;
     }
+    ws_quota_probe(cfg->workspace_root, cfg->workspace_quota_bytes, cfg->workspace_quota_inodes,
+                   true, &svc->quota);
+    if (svc->quota.why[0])
+        sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
     svc->capabilities = build_capabilities(svc, p);
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);
@@ -428,6 +441,7 @@ static void *service_loop(void *arg)
             svc_template_cache_budget(svc);
             /* Steps 3-5: idle, stuck and expired routes, orphaned dirs. */
             svc_reaper_cycle(svc);
+            svc_disk_quota_cycle(svc);
             next_maint = now + maint_every;
         }
         pthread_mutex_lock(&svc->loop_lock);
@@ -651,6 +665,7 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
         l->templates = NULL;
         l->listings = 0;
         l->stored_output_bytes = -1;
+        l->over_disk_quota = false;
         if (!l->sandbox_id) {
             pthread_mutex_unlock(&svc->live_lock);
             return -1;

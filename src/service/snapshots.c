@@ -213,7 +213,8 @@ int svc_snapshot_restore(struct sl_service *svc, const char *sandbox_id, uid_t u
     struct sl_disk_status disk;
     svc_disk_status(svc, &disk);
     if (rc == 0)
-        rc = ws_sandbox_create(cfg->workspace_root, sandbox_id, uid, disk.available, err);
+        rc = ws_sandbox_create(cfg->workspace_root, sandbox_id, uid, disk.available, &svc->quota,
+                               err);
     const char *part;
     json_t *v;
     json_object_foreach(parts, part, v)

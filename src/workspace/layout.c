@@ -1,4 +1,5 @@
 #include "workspace/layout.h"
+#include "workspace/quota.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -114,7 +115,7 @@ static int check_existing_dir(int dirfd, const char *name, uid_t uid, const char
 }
 
 int ws_sandbox_create(const char *workspace_root, const char *sandbox_id, uid_t uid,
-                      bool disk_available, struct sl_error *err)
+                      bool disk_available, const struct ws_quota *quota, struct sl_error *err)
 {
     if (ws_sandbox_id_check(sandbox_id, err) < 0)
         return -1;
@@ -123,12 +124,12 @@ int ws_sandbox_create(const char *workspace_root, const char *sandbox_id, uid_t 
     if (rootfd < 0)
         return sl_error_errno(err, SL_E_WORKSPACE_INVALID, "the workspace root is unavailable");
 
-    bool created = false;
-    if (mkdirat(rootfd, sandbox_id, 0700) == 0) {
-        created = true;
-    } else if (errno != EEXIST) {
+    /* A new root is a subvolume with its quota where the filesystem can
+     * enforce one (workspace/quota.h). */
+    int made = ws_quota_make_root(rootfd, sandbox_id, quota);
+    if (made < 0)
         return sl_error_errno(err, SL_E_WORKSPACE_INVALID, "cannot create the sandbox directory");
-    }
+    bool created = made == 0;
     if (created && !disk_available) {
         unlinkat(rootfd, sandbox_id, AT_REMOVEDIR);
         return sl_error_set(err, SL_E_DISK_PRESSURE, 0, "SANDBOX_WORKER_DISK_PRESSURE");

@@ -29,8 +29,10 @@ int ws_sandbox_id_check(const char *sandbox_id, struct sl_error *err);
 /* Create the sandbox root and its subdirectories, or validate an existing
  * one (each a real directory owned by uid, then chmod 0700). A new root is
  * refused with SANDBOX_WORKER_DISK_PRESSURE when !disk_available. */
+struct ws_quota;
 int ws_sandbox_create(const char *workspace_root, const char *sandbox_id, uid_t uid,
-                      bool disk_available, struct sl_error *err);
+                      bool disk_available, const struct ws_quota *quota,
+                      struct sl_error *err);
 
 /* O_PATH|O_DIRECTORY descriptor of the sandbox root (never through a symlink). */
 int ws_sandbox_open(const char *workspace_root, const char *sandbox_id, struct sl_error *err);
