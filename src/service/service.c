@@ -224,6 +224,21 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     if (p->cgroup_note[0])
         json_object_set_new(rc, "cgroup_note", json_string(p->cgroup_note));
     json_object_set_new(caps, "resource_control", rc);
+    /* Ours: whether a sandbox's /proc/self/mountinfo shows host paths of
+     * the state layout (workspace/quota.h, ws_is_mount_root). */
+    bool ws_own = ws_is_mount_root(cfg->workspace_root);
+    bool tpl_own = ws_is_mount_root(cfg->template_root);
+    json_t *layout = json_pack("{s:b,s:b,s:b}", "hidden", ws_own && tpl_own,
+                               "workspace_root_is_a_filesystem", ws_own,
+                               "template_root_is_a_filesystem", tpl_own);
+    if (!(ws_own && tpl_own))
+        json_object_set_new(layout, "note",
+                            json_string("a sandbox's /proc/self/mountinfo shows the host path of "
+                                        "its directories below the root of their filesystem: "
+                                        "mount a filesystem of its own at the workspace root "
+                                        "(SANDBOX_LOCAL_ROOT) and at the template root to hide "
+                                        "the host layout"));
+    json_object_set_new(caps, "host_layout", layout);
     json_object_set_new(caps, "landlock", json_false());
     /* Ours, beyond the reference (COMPAT.md §2): every sandbox process runs
      * under a seccomp filter. */
@@ -289,6 +304,10 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
                    true, &svc->quota);
     if (svc->quota.why[0])
         sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
+    if (!ws_is_mount_root(cfg->workspace_root) || !ws_is_mount_root(cfg->template_root))
+        sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
+                "own, so sandboxes read their host paths in /proc/self/mountinfo (see "
+                "capabilities.host_layout)");
     svc->capabilities = build_capabilities(svc, p);
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);

@@ -146,6 +146,15 @@ static int usage_walk(int dirfd, int depth, int64_t max_inodes, int64_t *bytes, 
     return 0;
 }
 
+bool ws_is_mount_root(const char *path)
+{
+    struct statx stx;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &stx) < 0)
+        return false;
+    return (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT) &&
+           (stx.stx_attributes & STATX_ATTR_MOUNT_ROOT);
+}
+
 int ws_quota_usage(int dirfd, int64_t max_inodes, int64_t *bytes, int64_t *inodes)
 {
     *bytes = 0;

@@ -42,6 +42,13 @@ void ws_quota_probe(const char *workspace_root, int64_t bytes, int64_t inodes, b
  * existed, -1 error (errno). */
 int ws_quota_make_root(int parent_fd, const char *name, const struct ws_quota *q);
 
+/* Whether `path` is the root of a mount. A sandbox sees, in
+ * /proc/self/mountinfo, each of its bind mounts' path within its
+ * filesystem: under a workspace root that is a filesystem of its own that
+ * is "/<sandbox-id>/workspace"; under one inside the host's root
+ * filesystem it is the host path, which shows the state layout. */
+bool ws_is_mount_root(const char *path);
+
 /* Bytes allocated and inodes used under dirfd (the sandbox root), counting
  * at most `max_inodes` entries (then *inodes = max_inodes + 1): bounded
  * whatever the sandbox made. 0 or -1 (errno). */

@@ -94,3 +94,53 @@ def test_unauthenticated_answers_name_no_host_path(daemon, ready_sandbox):
         for s in secrets_of_layout:
             assert s not in body, f"{path} names {s}"
     assert json.loads(R["answers"]["/healthz"])["db"]["database"] == daemon.db_path.name
+
+
+def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory, make_sandbox):
+    """Attempt: read /proc/self/mountinfo, whose 4th field is each mount's
+    path within its filesystem. With the workspace root and the template
+    root each a filesystem of their own (tmpfs mounts here, as a deployment
+    mounts volumes there), that path is "/<sandbox-id>/workspace" and no
+    host path of the state layout shows; /healthz says host_layout.hidden.
+    A daemon whose roots sit inside the host's filesystem says hidden false,
+    with the fix in the note (mountinfo cannot be rewritten from a mount
+    namespace)."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    tmp_path = Path(tempfile.mkdtemp(prefix="sandloom-layout-"))
+    os.chmod(tmp_path, 0o711)
+    ws, tpl = tmp_path / "ws", tmp_path / "tpl"
+    for m in (ws, tpl):
+        m.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0711", "tmpfs", str(m)],
+                       check=True)
+    try:
+        d = daemon_factory({"SANDBOX_LOCAL_ROOT": str(ws), "SANDBOX_TEMPLATE_ROOT": str(tpl),
+                            "SANDBOX_MIN_FREE_BYTES": "1048576"})
+        layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
+        assert layout["hidden"] is True, layout
+        sb = make_sandbox(d)
+        iso = isolation(sb)
+        R, _ = probe(sb, r'''
+            R["proc"] = PROC
+            R["mountinfo"] = open("/proc/self/mountinfo").read() if PROC else ""
+            ''')
+        assert_proc_as_reported(iso, R["proc"])
+        if R["proc"]:
+            lines = R["mountinfo"].splitlines()
+            ws_line = [l for l in lines if l.split()[4] == "/workspace"]
+            assert ws_line and ws_line[0].split()[3] == f"/{sb.id}/workspace", ws_line
+            for l in lines:
+                assert str(tmp_path) not in l and str(d.state) not in l, l
+    finally:
+        for m in (ws, tpl):
+            subprocess.run(["umount", "-l", str(m)], check=False)
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_roots_inside_the_host_filesystem_are_reported(daemon):
+    layout = daemon.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
+    assert layout["hidden"] is False and "mount a filesystem" in layout["note"], layout
