@@ -253,12 +253,11 @@ struct sqlite_store {
     struct sl_store pub; /* first: the public head, cast back in every method */
     struct sqlite_conn w, r;
     char *path;
+    int busy_timeout_ms; /* PRAGMA busy_timeout of both connections */
     atomic_bool write_failing;
     pthread_mutex_t why_lock;
     char why[160];
 };
-
-int sl_store_sqlite_busy_timeout_ms = 15000;
 
 static struct sqlite_store *store_of(struct sl_store *s) { return (struct sqlite_store *)s; }
 static struct sqlite_conn *wconn(struct sl_store *s) { return &store_of(s)->w; }
@@ -1041,7 +1040,7 @@ static int sqlite_route_touch(struct sl_store *s, const char *sandbox_id, int64_
      * made good by the next one (the clock it feeds counts in minutes). */
     sqlite3_busy_timeout(st->db, 0);
     int changed = run(st, stmt, err);
-    sqlite3_busy_timeout(st->db, sl_store_sqlite_busy_timeout_ms);
+    sqlite3_busy_timeout(st->db, st->owner->busy_timeout_ms);
     return changed < 0 ? -1 : changed > 0 ? 1 : 0;
 }
 
@@ -1914,7 +1913,8 @@ static void shm_no_cow(const char *path)
     close(fd);
 }
 
-struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
+struct sl_store *sl_store_sqlite_open(const char *path, int busy_timeout_ms,
+                                      struct sl_error *err)
 {
     if (!path || !*path) {
         sl_error_set(err, SL_E_CONFIG, 0, "the SQLite database path is empty");
@@ -1936,6 +1936,7 @@ struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
     pthread_mutex_init(&st->r.lock, NULL);
     pthread_mutex_init(&st->why_lock, NULL);
     st->w.owner = st->r.owner = st;
+    st->busy_timeout_ms = busy_timeout_ms;
     st->pub.ops = &sqlite_ops;
     st->pub.backend = "sqlite";
     st->pub.database = st->path;
@@ -1965,7 +1966,7 @@ struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err)
                  "PRAGMA busy_timeout = %d;"
                  "PRAGMA journal_mode = WAL;"
                  "PRAGMA synchronous = NORMAL;",
-                 sl_store_sqlite_busy_timeout_ms);
+                 st->busy_timeout_ms);
         if (sqlite3_exec(c->db, pragmas, NULL, NULL, NULL) != SQLITE_OK) {
             db_fail(c, err, "configure");
             sl_error_wrap(err, "%s", path);

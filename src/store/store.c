@@ -9,8 +9,8 @@ struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err
 {
     switch (cfg->db_backend) {
     case SL_DB_SQLITE:
-        sl_store_sqlite_busy_timeout_ms = (int)(cfg->database_lock_timeout_seconds * 1000);
-        return sl_store_sqlite_open(cfg->database_path, err);
+        return sl_store_sqlite_open(cfg->database_path,
+                                    (int)(cfg->database_lock_timeout_seconds * 1000), err);
     case SL_DB_POSTGRESQL:
         sl_error_set(err, SL_E_CONFIG, 0,
                      "database backend postgresql is not supported by this build yet");

@@ -274,10 +274,9 @@ struct sl_store {
 struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err);
 
 /* Backends. */
-struct sl_store *sl_store_sqlite_open(const char *path, struct sl_error *err);
-/* How long a statement waits for another connection's lock (PRAGMA
- * busy_timeout) in stores opened after it is set; sl_store_open sets it
- * from SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS. */
-extern int sl_store_sqlite_busy_timeout_ms;
+/* busy_timeout_ms: how long a statement waits for another connection's
+ * lock (PRAGMA busy_timeout; SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS). */
+struct sl_store *sl_store_sqlite_open(const char *path, int busy_timeout_ms,
+                                      struct sl_error *err);
 
 #endif

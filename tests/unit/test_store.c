@@ -57,7 +57,7 @@ static int fixture_new(void **state)
 static void fixture_open(struct fixture *f)
 {
     struct sl_error err = {0};
-    f->store = sl_store_sqlite_open(f->path, &err);
+    f->store = sl_store_sqlite_open(f->path, 15000, &err);
     if (!f->store)
         fail_msg("open: %s", sl_error_text(&err));
 }
