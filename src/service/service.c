@@ -304,11 +304,12 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
                    true, &svc->quota);
     if (svc->quota.why[0])
         sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
-    if (!ws_is_mount_root(cfg->workspace_root) || !ws_is_mount_root(cfg->template_root))
+    svc->capabilities = build_capabilities(svc, p);
+    if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"),
+                                      "hidden")))
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
                 "own, so sandboxes read their host paths in /proc/self/mountinfo (see "
                 "capabilities.host_layout)");
-    svc->capabilities = build_capabilities(svc, p);
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);
     if (svc_execs_start(svc, err) < 0) {
