@@ -248,39 +248,86 @@ static int cmp_used(const void *a, const void *b)
     return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
 }
 
-int sl_tpl_remove_name(const char *root, const char *name,
-                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
-                       struct sl_error *err)
+static bool remove_tree(const char *path)
 {
-    if (sl_tpl_name_check(name, err) < 0)
-        return -1;
-    char name_dir[PATH_MAX - 300];
-    snprintf(name_dir, sizeof(name_dir), "%s/%s", root, name);
-    int removed = 0;
-    bool mounted = false;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
+}
+
+/* Calls visit(name, hex, tree_path, ctx) for every revision tree
+ * <root>/<name>/sha256-<hex>, of the one name `only` when it is set, and
+ * then removes each name's directory if that left it empty. The private
+ * directories (.archives, ...) start with a dot and are not names. 0, or
+ * -1 when the root cannot be read. */
+typedef void (*tree_visit_fn)(const char *name, const char *hex, const char *tree, void *ctx);
+
+static void visit_name(const char *root, const char *name, tree_visit_fn visit, void *ctx)
+{
+    char name_dir[PATH_MAX - 300]; /* + "/" + an entry always fits PATH_MAX */
+    if ((size_t)snprintf(name_dir, sizeof(name_dir), "%s/%s", root, name) >= sizeof(name_dir))
+        return;
     DIR *d = opendir(name_dir);
     for (struct dirent *r; d && (r = readdir(d));) {
         if (strncmp(r->d_name, "sha256-", 7) != 0)
             continue;
         char tree[PATH_MAX];
         snprintf(tree, sizeof(tree), "%s/%s", name_dir, r->d_name);
-        if (pinned && pinned(tree, arg)) {
-            mounted = true;
-            continue;
-        }
-        if (nftw(tree, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
-            removed++;
+        visit(name, r->d_name + 7, tree, ctx);
     }
     if (d)
         closedir(d);
-    (void)rmdir(name_dir);
-    if (!mounted) {
+    (void)rmdir(name_dir); /* only when its last revision went */
+}
+
+static int for_each_tree(const char *root, const char *only, tree_visit_fn visit, void *ctx,
+                         struct sl_error *err)
+{
+    if (only) {
+        visit_name(root, only, visit, ctx);
+        return 0;
+    }
+    DIR *top = opendir(root);
+    if (!top)
+        return errno == ENOENT ? 0 : sl_error_errno(err, SL_E_INTERNAL, "cannot read %s", root);
+    for (struct dirent *e; (e = readdir(top));)
+        if (e->d_name[0] != '.' && e->d_type == DT_DIR)
+            visit_name(root, e->d_name, visit, ctx);
+    closedir(top);
+    return 0;
+}
+
+struct remove_name_ctx {
+    bool (*pinned)(const char *tree_path, void *arg);
+    void *arg;
+    int removed;
+    bool mounted;
+};
+
+static void remove_name_visit(const char *name, const char *hex, const char *tree, void *ctx)
+{
+    (void)name;
+    (void)hex;
+    struct remove_name_ctx *c = ctx;
+    if (c->pinned && c->pinned(tree, c->arg))
+        c->mounted = true;
+    else if (remove_tree(tree))
+        c->removed++;
+}
+
+int sl_tpl_remove_name(const char *root, const char *name,
+                       bool (*pinned)(const char *tree_path, void *arg), void *arg,
+                       struct sl_error *err)
+{
+    if (sl_tpl_name_check(name, err) < 0)
+        return -1;
+    struct remove_name_ctx c = {.pinned = pinned, .arg = arg};
+    (void)for_each_tree(root, name, remove_name_visit, &c, err);
+    if (!c.mounted) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/.archives/%s", root, name);
-        if (access(dir, F_OK) == 0 && nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
-            removed++;
+        if (access(dir, F_OK) == 0 && remove_tree(dir))
+            c.removed++;
     }
-    return removed;
+    return c.removed;
 }
 
 /* A publish writes its tree and archive before its catalog entry, and a
@@ -294,53 +341,74 @@ static bool recently_used(const char *path)
     return stat(path, &st) == 0 && time(NULL) - st.st_mtim.tv_sec < SWEEP_GRACE_SECONDS;
 }
 
+struct sweep_ctx {
+    bool (*keep)(const char *name, const char *hex, const char *tree_path, void *arg);
+    void *arg;
+    int removed;
+};
+
+static void sweep_visit(const char *name, const char *hex, const char *tree, void *ctx)
+{
+    struct sweep_ctx *c = ctx;
+    if (!recently_used(tree) && !c->keep(name, hex, tree, c->arg) && remove_tree(tree))
+        c->removed++;
+}
+
 int sl_tpl_sweep_unreferenced(const char *root,
                               bool (*keep)(const char *name, const char *hex,
                                            const char *tree_path, void *arg),
                               void *arg, struct sl_error *err)
 {
-    DIR *top = opendir(root);
-    if (!top)
-        return errno == ENOENT ? 0 : sl_error_errno(err, SL_E_INTERNAL, "cannot read %s", root);
-    int removed = 0;
-    for (struct dirent *e; (e = readdir(top));) {
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
-            continue;
-        char name_dir[PATH_MAX - 300];
-        snprintf(name_dir, sizeof(name_dir), "%s/%s", root, e->d_name);
-        DIR *d = opendir(name_dir);
-        for (struct dirent *r; d && (r = readdir(d));) {
-            if (strncmp(r->d_name, "sha256-", 7) != 0)
-                continue;
-            char tree[PATH_MAX];
-            snprintf(tree, sizeof(tree), "%s/%s", name_dir, r->d_name);
-            if (recently_used(tree) || keep(e->d_name, r->d_name + 7, tree, arg))
-                continue;
-            if (nftw(tree, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
-                removed++;
-        }
-        if (d)
-            closedir(d);
-        (void)rmdir(name_dir); /* empty once its last revision went */
-    }
-    closedir(top);
+    struct sweep_ctx c = {.keep = keep, .arg = arg};
+    if (for_each_tree(root, NULL, sweep_visit, &c, err) < 0)
+        return -1;
     char archives[PATH_MAX - 300]; /* + "/" + a name always fits PATH_MAX */
     if ((size_t)snprintf(archives, sizeof(archives), "%s/.archives", root) >= sizeof(archives))
-        return removed;
+        return c.removed;
     DIR *a = opendir(archives);
     for (struct dirent *e; a && (e = readdir(a));) {
         if (e->d_name[0] == '.' || e->d_type != DT_DIR || keep(e->d_name, NULL, NULL, arg))
             continue;
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/%s", archives, e->d_name);
-        if (recently_used(dir))
-            continue;
-        if (nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0)
-            removed++;
+        if (!recently_used(dir) && remove_tree(dir))
+            c.removed++;
     }
     if (a)
         closedir(a);
-    return removed;
+    return c.removed;
+}
+
+struct evict_ctx {
+    struct cached_tree *trees;
+    size_t n, cap;
+    int64_t total;
+};
+
+static void evict_visit(const char *name, const char *hex, const char *tree, void *ctx)
+{
+    (void)name;
+    (void)hex;
+    struct evict_ctx *c = ctx;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        struct cached_tree *nt = realloc(c->trees, cap * sizeof(*nt));
+        if (!nt)
+            return;
+        c->trees = nt;
+        c->cap = cap;
+    }
+    struct cached_tree *t = &c->trees[c->n];
+    snprintf(t->path, sizeof(t->path), "%s", tree);
+    struct stat st;
+    if (stat(t->path, &st) < 0)
+        return;
+    t->used = st.st_mtim;
+    walk_bytes = 0;
+    (void)nftw(t->path, add_size, 16, FTW_PHYS);
+    t->bytes = walk_bytes;
+    c->total += t->bytes;
+    c->n++;
 }
 
 int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
@@ -349,54 +417,20 @@ int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
 {
     if (max_bytes < 0)
         return 0;
-    DIR *top = opendir(root);
-    if (!top)
-        return errno == ENOENT ? 0 : sl_error_errno(err, SL_E_INTERNAL, "cannot read %s", root);
-    struct cached_tree *trees = NULL;
-    size_t n = 0, cap = 0;
-    int64_t total = 0;
-    for (struct dirent *e; (e = readdir(top));) {
-        if (e->d_name[0] == '.' || e->d_type != DT_DIR)
-            continue; /* the private directories start with a dot */
-        char name_dir[PATH_MAX - 300];
-        snprintf(name_dir, sizeof(name_dir), "%s/%s", root, e->d_name);
-        DIR *d = opendir(name_dir);
-        for (struct dirent *r; d && (r = readdir(d));) {
-            if (strncmp(r->d_name, "sha256-", 7) != 0)
-                continue;
-            if (n == cap) {
-                cap = cap ? cap * 2 : 16;
-                struct cached_tree *nt = realloc(trees, cap * sizeof(*nt));
-                if (!nt)
-                    break;
-                trees = nt;
-            }
-            struct cached_tree *t = &trees[n];
-            snprintf(t->path, sizeof(t->path), "%s/%s", name_dir, r->d_name);
-            struct stat st;
-            if (stat(t->path, &st) < 0)
-                continue;
-            t->used = st.st_mtim;
-            walk_bytes = 0;
-            (void)nftw(t->path, add_size, 16, FTW_PHYS);
-            t->bytes = walk_bytes;
-            total += t->bytes;
-            n++;
-        }
-        if (d)
-            closedir(d);
-    }
-    closedir(top);
-    qsort(trees, n, sizeof(*trees), cmp_used);
+    struct evict_ctx c = {0};
+    if (for_each_tree(root, NULL, evict_visit, &c, err) < 0)
+        return -1;
+    if (c.n > 1)
+        qsort(c.trees, c.n, sizeof(*c.trees), cmp_used);
     int removed = 0;
-    for (size_t i = 0; i < n && total > max_bytes; i++) {
-        if (pinned && pinned(trees[i].path, arg))
+    for (size_t i = 0; i < c.n && c.total > max_bytes; i++) {
+        if (pinned && pinned(c.trees[i].path, arg))
             continue; /* mounted by a live sandbox: never evicted */
-        if (nftw(trees[i].path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0) {
-            total -= trees[i].bytes;
+        if (remove_tree(c.trees[i].path)) {
+            c.total -= c.trees[i].bytes;
             removed++;
         }
     }
-    free(trees);
+    free(c.trees);
     return removed;
 }
