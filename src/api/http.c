@@ -45,7 +45,6 @@ struct sl_http {
     char *expected_auth;      /* "Bearer <token>" */
     size_t expected_len;
     struct sl_auth_guard *auth_guard;
-    int64_t free_failures;
     struct sl_conn_guard *conn_guard;
     /* rate-limited libmicrohttpd log lines */
     pthread_mutex_t log_lock;
@@ -309,10 +308,10 @@ static enum MHD_Result refuse_unauthorized(struct conn_state *st, struct MHD_Con
     sl_auth_guard_fail(http->auth_guard, ci ? ci->client_addr : NULL, sl_mono_us(), &v);
     if (v.log)
         sl_warn("auth: %llu failed authentication%s since the last report, the last from %s "
-                "(the token is never logged; a peer failing more than %lld times a minute is "
-                "answered after %d ms)",
+                "(the token is never logged; a peer failing more than "
+                "SANDBOX_AUTH_FAILURES_PER_MINUTE times a minute is answered after %d ms)",
                 (unsigned long long)v.failures, v.failures == 1 ? "" : "s", v.peer,
-                (long long)http->free_failures, SL_AUTH_PENALTY_MS);
+                SL_AUTH_PENALTY_MS);
     /* The MCP endpoint keeps the reference's own 401 body (MCP.md §1.1,
      * key "error"); every other path the one error shape. */
     bool mcp = strcmp(url, SL_MCP_PATH) == 0;
@@ -605,7 +604,6 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     }
     http->expected_len = strlen(http->expected_auth);
     http->auth_guard = sl_auth_guard_new(cfg->auth_failures_per_minute);
-    http->free_failures = cfg->auth_failures_per_minute;
     pthread_mutex_init(&http->penalty.lock, NULL);
     pthread_condattr_t cattr;
     pthread_condattr_init(&cattr);
