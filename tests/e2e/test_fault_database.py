@@ -9,7 +9,6 @@ SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS and then answers 503
 SANDBOX_METADATA_UNAVAILABLE, and /healthz says degraded (db.writable false)
 until a write lands again, which it notices by itself.
 """
-import sqlite3
 import subprocess
 import sys
 import time

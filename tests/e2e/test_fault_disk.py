@@ -8,15 +8,13 @@ sandbox (a new sandbox was created on a 100% full filesystem from the
 heartbeat's cached reading).
 """
 import base64
-import subprocess
 import threading
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
+from fs_helpers import tmpfs
 from sandloom_client import Sandbox, assert_error
 
 MiB = 1024 * 1024
@@ -24,14 +22,8 @@ MiB = 1024 * 1024
 
 @pytest.fixture
 def small_disk():
-    mnt = Path(tempfile.mkdtemp(prefix="sandloom-fulldisk-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m,mode=0711", "tmpfs", str(mnt)],
-                   check=True)
-    try:
+    with tmpfs("32m", "sandloom-fulldisk-") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        mnt.rmdir()
 
 
 def ready(c, prefix):
@@ -84,14 +76,8 @@ def test_a_full_disk_is_a_clear_answer(daemon_factory, small_disk):
 
 @pytest.fixture
 def db_disk():
-    mnt = Path(tempfile.mkdtemp(prefix="sandloom-dbdisk-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0711", "tmpfs", str(mnt)],
-                   check=True)
-    try:
+    with tmpfs("8m", "sandloom-dbdisk-") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        mnt.rmdir()
 
 
 def fill(path):

@@ -22,6 +22,7 @@ import uuid
 
 import pytest
 
+from fs_helpers import wait_until
 from sandloom_client import Sandbox
 
 TIMEOUT = 3
@@ -47,15 +48,6 @@ def uid_processes(uid):
                 if state != "Z":
                     found.append(comm)
     return found
-
-
-def wait_until(predicate, timeout, step=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 @pytest.fixture(params=[("auto", "60"), ("auto", "0"), ("basic", "60"), ("basic", "0")],

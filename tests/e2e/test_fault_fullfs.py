@@ -19,12 +19,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
+from fs_helpers import wait_until
 from sandloom_client import Sandbox
 
 MiB = 1024 * 1024
@@ -61,15 +61,6 @@ def small_fs(request):
 
 def healthz(d):
     return d.client().get("/healthz").body
-
-
-def wait_until(pred, timeout, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(step)
-    return pred()
 
 
 def test_a_full_or_read_only_state_filesystem_degrades_without_a_crash(daemon_factory, small_fs):

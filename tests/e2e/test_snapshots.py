@@ -4,15 +4,13 @@ its local directory is gone, and under disk pressure the local copies of
 suspended sandboxes that have a snapshot are dropped, oldest first, until
 the disk is available again."""
 import shutil
-import subprocess
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from s3_server import s3  # noqa: F401  (the module-scoped S3 server fixture)
+from fs_helpers import tmpfs
 from sandloom_client import Sandbox, assert_error
 
 MiB = 1024 * 1024
@@ -82,14 +80,8 @@ def test_always_without_an_object_store_refuses_to_suspend(daemon_factory):
 
 @pytest.fixture
 def small_disk():
-    mnt = Path(tempfile.mkdtemp(prefix="sandloom-smalldisk-"))
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0711", "tmpfs", str(mnt)],
-                   check=True)
-    try:
+    with tmpfs("64m", "sandloom-smalldisk-") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-        mnt.rmdir()
 
 
 def test_disk_pressure_drops_local_copies_oldest_first(s3, daemon_factory, small_disk):

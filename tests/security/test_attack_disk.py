@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-import sandloom_e2e_conftest as e2e
 from sec_helpers import sh
 
 MiB = 1024 * 1024

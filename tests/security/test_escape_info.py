@@ -5,7 +5,6 @@ unauthenticated /healthz named the database's path. Each probe reads from
 inside a real sandbox; the host side is the test process.
 """
 import json
-import urllib.request
 
 from sec_helpers import assert_proc_as_reported, isolation, probe
 
