@@ -732,11 +732,13 @@ static void test_v2_namespace_root_moves_the_daemon(void **state)
 
 /* This host: controllers on v1 only, cgroup2 (none) at /sys/fs/cgroup/unified.
  * The default open falls back to v1 and enforces all three. */
-static void test_default_open_on_a_v1_host(void **state)
+/* The host's own cgroups, opened as the daemon opens them, when they are
+ * v1 with `hierarchy` writable (else the case is skipped, saying why). */
+static struct sl_cgroups *open_default_v1(const char *hierarchy)
 {
-    (void)state;
-    if (access(SL_CGROUP_ROOT "/cgroup.controllers", F_OK) == 0 ||
-        access(SL_CGROUP_ROOT "/memory/cgroup.procs", W_OK) < 0) {
+    char procs[PATH_MAX];
+    snprintf(procs, sizeof(procs), SL_CGROUP_ROOT "/%s/cgroup.procs", hierarchy);
+    if (access(SL_CGROUP_ROOT "/cgroup.controllers", F_OK) == 0 || access(procs, W_OK) < 0) {
         printf("not a v1 or hybrid host: skipped\n");
         skip();
     }
@@ -746,6 +748,15 @@ static void test_default_open_on_a_v1_host(void **state)
     assert_int_equal(sl_cgroups_open(&LIMITS, &cg, &err), 0);
     open_cg = cg;
     open_uid = UID_V1;
+    return cg;
+}
+
+static void test_default_open_on_a_v1_host(void **state)
+{
+    (void)state;
+    struct sl_error err;
+    sl_error_clear(&err);
+    struct sl_cgroups *cg = open_default_v1("memory");
     printf("default open: version %d why \"%s\"\n", (int)sl_cgroups_version(cg),
            sl_cgroups_why(cg));
     assert_int_equal(sl_cgroups_version(cg), SL_CGROUP_V1);
@@ -898,17 +909,7 @@ static void test_v2_exec_cgroup_kills_a_forking_tree(void **state)
 static void test_v1_exec_cgroup_kills_a_forking_tree(void **state)
 {
     (void)state;
-    if (access(SL_CGROUP_ROOT "/cgroup.controllers", F_OK) == 0 ||
-        access(SL_CGROUP_ROOT "/pids/cgroup.procs", W_OK) < 0) {
-        printf("not a v1 or hybrid host: skipped\n");
-        skip();
-    }
-    struct sl_error err;
-    sl_error_clear(&err);
-    struct sl_cgroups *cg = NULL;
-    assert_int_equal(sl_cgroups_open(&LIMITS, &cg, &err), 0);
-    open_cg = cg;
-    open_uid = UID_V1;
+    struct sl_cgroups *cg = open_default_v1("pids");
     assert_int_equal(sl_cgroups_version(cg), SL_CGROUP_V1);
     check_exec_cgroup_kill(cg, UID_V1);
 }
