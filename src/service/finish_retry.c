@@ -23,43 +23,10 @@ struct svc_pending_finish {
     struct svc_pending_finish *next;
 };
 
-static char *dup_bytes(const char *s, size_t len)
-{
-    if (!s)
-        return NULL;
-    char *d = malloc(len + 1);
-    if (d) {
-        memcpy(d, s, len);
-        d[len] = '\0';
-    }
-    return d;
-}
-
-static int record_copy(struct sl_exec_record *dst, const struct sl_exec_record *src)
-{
-    *dst = *src;
-    dst->sandbox_id = dup_bytes(src->sandbox_id, src->sandbox_id ? strlen(src->sandbox_id) : 0);
-    dst->exec_id = dup_bytes(src->exec_id, src->exec_id ? strlen(src->exec_id) : 0);
-    dst->worker_id = dup_bytes(src->worker_id, src->worker_id ? strlen(src->worker_id) : 0);
-    dst->command_json =
-        dup_bytes(src->command_json, src->command_json ? strlen(src->command_json) : 0);
-    dst->exec_scope = dup_bytes(src->exec_scope, src->exec_scope ? strlen(src->exec_scope) : 0);
-    dst->stdout_text = dup_bytes(src->stdout_text, src->stdout_len);
-    dst->stderr_text = dup_bytes(src->stderr_text, src->stderr_len);
-    if ((src->sandbox_id && !dst->sandbox_id) || (src->exec_id && !dst->exec_id) ||
-        (src->worker_id && !dst->worker_id) || (src->command_json && !dst->command_json) ||
-        (src->exec_scope && !dst->exec_scope) || (src->stdout_text && !dst->stdout_text) ||
-        (src->stderr_text && !dst->stderr_text)) {
-        sl_exec_record_clear(dst);
-        return -1;
-    }
-    return 0;
-}
-
 void svc_finish_retry_add(struct sl_service *svc, const struct sl_exec_record *rec)
 {
     struct svc_pending_finish *p = calloc(1, sizeof(*p));
-    if (!p || record_copy(&p->rec, rec) < 0) {
+    if (!p || sl_exec_record_copy(&p->rec, rec) < 0) {
         free(p);
         sl_errorlog("exec %s/%s: out of memory keeping its result for a retry: dropped",
                     rec->sandbox_id, rec->exec_id);

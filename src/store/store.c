@@ -75,6 +75,41 @@ int sl_route_copy(struct sl_route *dst, const struct sl_route *src)
     return 0;
 }
 
+/* NULL stays NULL; *ok turns false when a copy cannot be made. */
+static char *dup_bytes(const char *s, size_t len, bool *ok)
+{
+    if (!s)
+        return NULL;
+    char *d = malloc(len + 1);
+    if (!d) {
+        *ok = false;
+        return NULL;
+    }
+    memcpy(d, s, len);
+    d[len] = '\0';
+    return d;
+}
+
+static char *dup_str(const char *s, bool *ok) { return dup_bytes(s, s ? strlen(s) : 0, ok); }
+
+int sl_exec_record_copy(struct sl_exec_record *dst, const struct sl_exec_record *src)
+{
+    bool ok = true;
+    *dst = *src;
+    dst->sandbox_id = dup_str(src->sandbox_id, &ok);
+    dst->exec_id = dup_str(src->exec_id, &ok);
+    dst->worker_id = dup_str(src->worker_id, &ok);
+    dst->command_json = dup_str(src->command_json, &ok);
+    dst->exec_scope = dup_str(src->exec_scope, &ok);
+    dst->stdout_text = dup_bytes(src->stdout_text, src->stdout_len, &ok);
+    dst->stderr_text = dup_bytes(src->stderr_text, src->stderr_len, &ok);
+    if (!ok) {
+        sl_exec_record_clear(dst);
+        return -1;
+    }
+    return 0;
+}
+
 void sl_exec_record_clear(struct sl_exec_record *e)
 {
     if (!e)

@@ -78,6 +78,9 @@ struct sl_exec_record {
     int64_t created_at;
 };
 void sl_exec_record_clear(struct sl_exec_record *e);
+/* A deep copy of *src into *dst (the outputs by their lengths: they may
+ * hold NUL bytes). -1 when out of memory, with *dst cleared. */
+int sl_exec_record_copy(struct sl_exec_record *dst, const struct sl_exec_record *src);
 void sl_exec_records_free(struct sl_exec_record *v, size_t n);
 
 /* Admin listing of routes (API.md §3.18): NULL = any; `search` is a
