@@ -29,52 +29,18 @@
 
 #define LOCK_RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
 
-/* Whether `rel` (relative to root_fd) still names the file open as fd. */
-static bool still_named(int root_fd, const char *rel, int fd)
+/* Whether `rel` (relative to root_fd) names the file `st` describes. */
+static bool names(int root_fd, const char *rel, const struct stat *st)
 {
-    struct stat a, b;
-    return fstat(fd, &a) == 0 && fstatat(root_fd, rel, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
-           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    struct stat now;
+    return fstatat(root_fd, rel, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_dev == st->st_dev &&
+           now.st_ino == st->st_ino;
 }
 
+/* One try: open (creating) and flock. On success the descriptor; else -1,
+ * and when refused (EWOULDBLOCK) *tried describes the file that was held. */
 static int lock_open_once(int root_fd, const char *dir, const char *rel, int op, bool blocking,
-                          const char *busy_code, struct sl_error *err);
-
-static int lock_open(int root_fd, const char *dir, const char *name, int op, bool blocking,
-                     const char *busy_code, bool transient, struct sl_error *err)
-{
-    char rel[256];
-    if (snprintf(rel, sizeof(rel), "%s/%s", dir, name) >= (int)sizeof(rel)) {
-        errno = ENAMETOOLONG;
-        return sl_error_errno(err, SL_E_INTERNAL, "lock file name too long");
-    }
-    for (int attempt = 0;; attempt++) {
-        int fd = lock_open_once(root_fd, dir, rel, op, blocking, busy_code, err);
-        /* A transient file may have been removed by its last holder between
-         * our open and our flock (then we locked a file nobody will ever
-         * look at again), or be on its way out while we were refused. */
-        if (!transient || attempt >= 8 || (fd < 0 && errno != EWOULDBLOCK))
-            return fd;
-        if (fd >= 0 && still_named(root_fd, rel, fd))
-            return fd;
-        if (fd >= 0) {
-            close(fd);
-            continue;
-        }
-        /* Refused: retry only if the file we found is no longer the one
-         * named (its holder was releasing it). */
-        _cleanup_close_ int probe = sl_openat2(root_fd, rel, O_RDONLY | O_CLOEXEC | O_NOFOLLOW,
-                                               0, LOCK_RESOLVE);
-        if (probe >= 0 && flock(probe, op | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-            errno = EWOULDBLOCK;
-            return -1; /* really held */
-        }
-        sl_error_clear(err);
-    }
-}
-
-static int lock_open_once(int root_fd, const char *dir, const char *rel, int op, bool blocking,
-                          const char *busy_code, struct sl_error *err)
+                          const char *busy_code, struct stat *tried, struct sl_error *err)
 {
     const int flags = O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW;
     _cleanup_close_ int fd = sl_openat2(root_fd, rel, flags, 0600, LOCK_RESOLVE);
@@ -84,7 +50,7 @@ static int lock_open_once(int root_fd, const char *dir, const char *rel, int op,
             goto fail;
         fd = sl_openat2(root_fd, rel, flags, 0600, LOCK_RESOLVE);
     }
-    if (fd < 0)
+    if (fd < 0 || fstat(fd, tried) < 0)
         goto fail;
     if (SL_RETRY(flock(fd, op | (blocking ? 0 : LOCK_NB))) < 0) {
         if (errno == EWOULDBLOCK) {
@@ -102,6 +68,30 @@ fail:;
     sl_error_wrap(err, "lock %s", rel);
     errno = saved;
     return -1;
+}
+
+static int lock_open(int root_fd, const char *dir, const char *name, int op, bool blocking,
+                     const char *busy_code, bool transient, struct sl_error *err)
+{
+    char rel[256];
+    if (snprintf(rel, sizeof(rel), "%s/%s", dir, name) >= (int)sizeof(rel)) {
+        errno = ENAMETOOLONG;
+        return sl_error_errno(err, SL_E_INTERNAL, "lock file name too long");
+    }
+    for (int attempt = 0;; attempt++) {
+        struct stat tried;
+        int fd = lock_open_once(root_fd, dir, rel, op, blocking, busy_code, &tried, err);
+        /* A transient file may have been removed by its last holder between
+         * our open and our flock (then we locked, or were refused by, a
+         * file nobody will look at again): whatever the outcome, it only
+         * counts for the file the name still leads to. */
+        if (!transient || attempt >= 8 || (fd < 0 && errno != EWOULDBLOCK) ||
+            names(root_fd, rel, &tried))
+            return fd;
+        if (fd >= 0)
+            close(fd);
+        sl_error_clear(err);
+    }
 }
 
 int ws_lock_global(int root_fd, bool exclusive, bool blocking, const char *busy_code,
@@ -147,7 +137,8 @@ void ws_unlock_path(int root_fd, const char *lock_key, int fd)
     /* Exclusive now means nobody else holds it (nor waits: every path
      * lock is non-blocking): the file can go. Removed while held, so a
      * newcomer who opened it meanwhile sees it is gone and starts over. */
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && still_named(root_fd, rel, fd))
+    struct stat st;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 && names(root_fd, rel, &st))
         (void)unlinkat(root_fd, rel, 0);
     close(fd);
 }
