@@ -7,12 +7,15 @@
  *     reading also accepts a 'T' separator and a missing fraction;
  *   - booleans are 0/1, JSON columns are TEXT.
  *
- * Concurrency: one connection guarded by a pthread mutex held for the whole of
- * each method, and opened SQLITE_OPEN_NOMUTEX. SQLITE_OPEN_FULLMUTEX alone
+ * Concurrency: two connections, one for writes (and the reads inside write
+ * transactions), one for reads (struct sqlite_store), each guarded by a
+ * pthread mutex held for the whole of each method, and opened
+ * SQLITE_OPEN_NOMUTEX. SQLITE_OPEN_FULLMUTEX alone
  * would not do: it serialises single API calls, but a transaction is many
  * calls (BEGIN, steps, COMMIT) and two threads sharing the connection would
  * interleave inside each other's transaction. SQLite admits one writer at a
- * time anyway, so the mutex costs little; other processes on the same file
+ * time anyway, so the write mutex costs little, and in WAL mode a reader never
+ * waits for the writer; other processes on the same file
  * are handled by busy_timeout and BEGIN IMMEDIATE (which takes the write lock
  * up front, so a read-then-write transaction never fails to upgrade).
  *
