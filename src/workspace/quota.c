@@ -55,16 +55,25 @@ void ws_quota_probe(const char *workspace_root, int64_t bytes, int64_t inodes, b
                  fs_name((long)fs.f_type));
         return;
     }
+    /* Quotas on for the filesystem (a no-op when they are already). */
+    struct btrfs_ioctl_quota_ctl_args ctl = {.cmd = BTRFS_QUOTA_CTL_ENABLE};
+    if (bytes > 0 && enable && ioctl(fd, BTRFS_IOC_QUOTA_CTL, &ctl) < 0) {
+        snprintf(out->why, sizeof(out->why),
+                 "btrfs quotas cannot be enabled on the workspace root (%s): usage "
+                 "accounting only",
+                 strerror(errno));
+        return;
+    }
+    ws_quota_btrfs(bytes, inodes, out);
+}
+
+void ws_quota_btrfs(int64_t bytes, int64_t inodes, struct ws_quota *out)
+{
+    *out = (struct ws_quota){.bytes = bytes, .inodes = inodes, .mode = "off"};
+    if (bytes <= 0 && inodes <= 0)
+        return;
+    out->mode = "accounting";
     if (bytes > 0) {
-        /* Quotas on for the filesystem (a no-op when they are already). */
-        struct btrfs_ioctl_quota_ctl_args ctl = {.cmd = BTRFS_QUOTA_CTL_ENABLE};
-        if (enable && ioctl(fd, BTRFS_IOC_QUOTA_CTL, &ctl) < 0) {
-            snprintf(out->why, sizeof(out->why),
-                     "btrfs quotas cannot be enabled on the workspace root (%s): usage "
-                     "accounting only",
-                     strerror(errno));
-            return;
-        }
         out->qgroups = true;
         out->mode = "btrfs-qgroup";
     }

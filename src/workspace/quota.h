@@ -37,6 +37,11 @@ struct ws_quota {
 void ws_quota_probe(const char *workspace_root, int64_t bytes, int64_t inodes, bool enable,
                     struct ws_quota *out);
 
+/* What btrfs qgroups enforce of the quota (bytes), and what falls back to
+ * accounting (inodes): the probe's answer on btrfs, and the doctor's for
+ * the workspace image before it is mounted. */
+void ws_quota_btrfs(int64_t bytes, int64_t inodes, struct ws_quota *out);
+
 /* Create the sandbox root `name` under parent_fd (mode 0700): a subvolume
  * with its byte limit when q->qgroups, else a directory. 0 created, 1 it
  * existed, -1 error (errno). */
