@@ -22,6 +22,7 @@
 #include "runtime/runtime.h"
 #include "service/service.h"
 #include "store/store.h"
+#include "workspace/image.h"
 #include "workspace/layout.h"
 
 #define EXIT_STARTUP_REFUSED 3
@@ -106,6 +107,7 @@ int main(void)
     struct sl_blobstore *blobstore = NULL; /* owned by the service after open */
     struct sl_service *svc = NULL; /* owns store, registry, runtime once open */
     struct sl_http *http = NULL;
+    struct ws_image image = {0}; /* mounted: unmounted last, after every sandbox is gone */
     _cleanup_free_ char *warnings = NULL;
 
     if (sl_config_load(&cfg, NULL, &err) < 0) {
@@ -157,6 +159,19 @@ int main(void)
         sl_warn("database schema has extra columns (kept for rollback compatibility): %s",
                 warnings);
 
+    if (cfg.workspace_image_bytes > 0) {
+        char note[256];
+        if (ws_image_open(cfg.workspace_image_path, cfg.workspace_image_bytes, cfg.workspace_root,
+                          cfg.template_root, &image, note, sizeof(note), &err) < 0) {
+            failure = "PreflightError";
+            goto out;
+        }
+        sl_info("workspace image %s on %s mounted at %s and %s%s", cfg.workspace_image_path,
+                image.loop, image.workspace_root, image.template_root,
+                image.created ? " (created)" : image.adopted ? " (left by a previous run)" : "");
+        if (note[0])
+            sl_warn("workspace image: %s", note);
+    }
     if (ws_root_prepare(cfg.workspace_root, &err) < 0) {
         failure = "PreflightError";
         goto out;
@@ -275,6 +290,7 @@ out:
         blobstore->ops->close(blobstore);
     if (store)
         store->ops->close(store);
+    ws_image_close(&image);
     /* log_path may point into cfg: it is not used past this point. */
     sl_config_free(&cfg);
     return failure ? EXIT_STARTUP_REFUSED : 0;

@@ -33,6 +33,7 @@
 
 #include "common/base64.h"
 #include "common/cleanup.h"
+#include "workspace/image.h"
 
 /* A .env file larger than this is refused rather than read into memory. */
 #define CONFIG_DOTENV_MAX (1024 * 1024)
@@ -191,6 +192,12 @@ static const struct config_var config_vars[] = {
      * else by accounting (workspace/quota.h). */
     V_INT("SANDBOX_WORKSPACE_QUOTA_BYTES", workspace_quota_bytes, "10737418240", 0, NOLIM),
     V_INT("SANDBOX_WORKSPACE_QUOTA_INODES", workspace_quota_inodes, "1000000", 0, NOLIM),
+    /* Ours: a preallocated btrfs image of this size that sandloomd mounts
+     * at the workspace and template roots (workspace/image.h); 0 = off,
+     * the roots are plain directories. */
+    V_INT("SANDBOX_WORKSPACE_IMAGE_BYTES", workspace_image_bytes, "0", 0, NOLIM),
+    /* Ours: where that image lives; unset => <workspace root>.img. */
+    V_OPT("SANDBOX_WORKSPACE_IMAGE_PATH", workspace_image_path),
     V_INT("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", http_header_timeout_seconds, "10", 0, 3600),
     /* Ours: connections one sandbox's uid may hold to the API at once
      * (host network mode reaches it); all sandboxes together get half the
@@ -1027,6 +1034,15 @@ static int config_derive(struct sl_config *cfg, struct sl_error *err)
         return oom(err, "SANDBOX_LOCAL_ROOT");
     if (!cfg->template_root && !(cfg->template_root = config_template_root(cfg->workspace_root)))
         return oom(err, "SANDBOX_TEMPLATE_ROOT");
+    if (!cfg->workspace_image_path) {
+        size_t n = strlen(cfg->workspace_root);
+        while (n > 1 && cfg->workspace_root[n - 1] == '/')
+            n--;
+        if (asprintf(&cfg->workspace_image_path, "%.*s.img", (int)n, cfg->workspace_root) < 0) {
+            cfg->workspace_image_path = NULL;
+            return oom(err, "SANDBOX_WORKSPACE_IMAGE_PATH");
+        }
+    }
     if (!(cfg->env_type = config_env_type(cfg)))
         return oom(err, "SANDBOX_ENVIRONMENT");
     return 0;
@@ -1073,6 +1089,17 @@ static int config_check(struct sl_config *cfg, struct sl_error *err)
                             cfg->egress_denied_addresses.len > 0
                                 ? "SANDBOX_EGRESS_DENIED_ADDRESSES"
                                 : "SANDBOX_EGRESS_ALLOWED_LITERALS");
+    if (cfg->workspace_image_bytes > 0 && cfg->workspace_image_bytes < WS_IMAGE_MIN_BYTES)
+        return sl_error_set(err, SL_E_CONFIG, 0,
+                            "SANDBOX_WORKSPACE_IMAGE_BYTES: must be 0 (no image) or at least %lld "
+                            "(256 MiB)",
+                            (long long)WS_IMAGE_MIN_BYTES);
+    /* An image on a loop device is one host's: a shared root is a network
+     * filesystem every worker mounts. */
+    if (cfg->workspace_image_bytes > 0 && cfg->shared_root)
+        return sl_error_set(err, SL_E_CONFIG, 0,
+                            "SANDBOX_WORKSPACE_IMAGE_BYTES: cannot be used with "
+                            "SANDBOX_SHARED_ROOT (an image is local to one host)");
     /* The S3 client is only built for backend s3 with a bucket; that is when
      * the reference fails on half a key pair. */
     if (strcmp(cfg->object_store_backend, "s3") == 0 && cfg->blobstore_bucket[0] != '\0' &&

@@ -95,6 +95,8 @@ struct sl_config {
     int64_t max_stored_output_bytes_per_sandbox;
     int64_t database_lock_timeout_seconds;
     int64_t workspace_quota_bytes, workspace_quota_inodes;
+    int64_t workspace_image_bytes; /* 0 = no workspace image (workspace/image.h) */
+    char *workspace_image_path;    /* resolved: unset => <workspace root>.img */
     int64_t http_header_timeout_seconds;
     int64_t max_connections_per_sandbox;
     int64_t max_parallel_execs_per_sandbox;
