@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "config/config.h"
 #include "runtime/runtime.h"
+#include "workspace/image.h"
 #include "workspace/quota.h"
 #include "service/service.h"
 #include <sys/stat.h>
@@ -92,10 +93,23 @@ int main(int argc, char **argv)
                           p->cgroup_version ? json_integer(p->cgroup_version) : json_null(),
                           "memory_quota", p->memory_quota, "pids_quota", p->pids_quota,
                           "cpu_quota", p->cpu_quota, "note", p->cgroup_note));
-            /* The disk quota: what the service would enforce, and how. */
+            /* The disk quota: what the service would enforce, and how. With
+             * the workspace image, that is the image's btrfs, whether or
+             * not it is mounted now. */
             struct ws_quota dq;
-            ws_quota_probe(cfg.workspace_root, cfg.workspace_quota_bytes,
-                           cfg.workspace_quota_inodes, false, &dq);
+            char image_why[160] = "";
+            bool image_ok = cfg.workspace_image_bytes > 0 &&
+                            ws_image_usable(image_why, sizeof(image_why));
+            if (cfg.workspace_image_bytes > 0 && !image_ok)
+                json_array_append_new(errors,
+                                      json_string("SANDBOX_WORKSPACE_IMAGE_BYTES is set but "
+                                                  "the image cannot be made here (see "
+                                                  "capabilities.disk_quota)"));
+            if (image_ok)
+                ws_quota_btrfs(cfg.workspace_quota_bytes, cfg.workspace_quota_inodes, &dq);
+            else
+                ws_quota_probe(cfg.workspace_root, cfg.workspace_quota_bytes,
+                               cfg.workspace_quota_inodes, false, &dq);
             json_t *disk = json_pack("{s:b,s:s,s:I,s:I}", "sandbox_disk_quota",
                                      dq.qgroups && cfg.workspace_quota_bytes > 0, "mode", dq.mode,
                                      "bytes", (json_int_t)cfg.workspace_quota_bytes, "inodes",
@@ -106,6 +120,9 @@ int main(int argc, char **argv)
                                                             "fully enforced by the filesystem "
                                                             "(see capabilities.disk_quota)"));
             }
+            json_object_set_new(disk, "workspace_image", json_boolean(image_ok));
+            if (image_why[0])
+                json_object_set_new(disk, "workspace_image_note", json_string(image_why));
             json_object_set_new(caps, "disk_quota", disk);
             if (!p->memory_quota || !p->pids_quota || !p->cpu_quota)
                 json_array_append_new(warnings,

@@ -228,16 +228,18 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
      * the state layout (workspace/quota.h, ws_is_mount_root). */
     bool ws_own = ws_is_mount_root(cfg->workspace_root);
     bool tpl_own = ws_is_mount_root(cfg->template_root);
-    json_t *layout = json_pack("{s:b,s:b,s:b}", "hidden", ws_own && tpl_own,
+    json_t *layout = json_pack("{s:b,s:b,s:b,s:b}", "hidden", ws_own && tpl_own,
                                "workspace_root_is_a_filesystem", ws_own,
-                               "template_root_is_a_filesystem", tpl_own);
+                               "template_root_is_a_filesystem", tpl_own, "workspace_image",
+                               cfg->workspace_image_bytes > 0);
     if (!(ws_own && tpl_own))
         json_object_set_new(layout, "note",
                             json_string("a sandbox's /proc/self/mountinfo shows the host path of "
                                         "its directories below the root of their filesystem: "
-                                        "mount a filesystem of its own at the workspace root "
-                                        "(SANDBOX_LOCAL_ROOT) and at the template root to hide "
-                                        "the host layout"));
+                                        "set SANDBOX_WORKSPACE_IMAGE_BYTES (a btrfs image the "
+                                        "service mounts at both roots), or mount a filesystem "
+                                        "of its own at the workspace root (SANDBOX_LOCAL_ROOT) "
+                                        "and at the template root, to hide the host layout"));
     json_object_set_new(caps, "host_layout", layout);
     json_object_set_new(caps, "landlock", json_false());
     /* Ours, beyond the reference (COMPAT.md §2): every sandbox process runs
@@ -308,8 +310,8 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"),
                                       "hidden")))
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
-                "own, so sandboxes read their host paths in /proc/self/mountinfo (see "
-                "capabilities.host_layout)");
+                "own, so sandboxes read their host paths in /proc/self/mountinfo (set "
+                "SANDBOX_WORKSPACE_IMAGE_BYTES to hide it; see capabilities.host_layout)");
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);
     if (svc_execs_start(svc, err) < 0) {

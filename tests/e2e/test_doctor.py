@@ -41,3 +41,22 @@ def test_doctor_blocked_policy_exits_2(sandloomd_binary):
     d = json.loads(r.stdout)
     assert d["status"] == "blocked" and d["can_start"] is False and d["errors"], d
     assert "bogus-level" not in r.stdout
+
+
+def test_doctor_reports_the_quota_the_workspace_image_gives(sandloomd_binary, tmp_path):
+    """With SANDBOX_WORKSPACE_IMAGE_BYTES the service mounts a btrfs image,
+    so the quota is a qgroup limit even though the workspace root (here on
+    the host's filesystem, not mounted) is not btrfs; without it, the same
+    root answers accounting."""
+    env = {"SANDBOX_LOCAL_ROOT": str(tmp_path / "sandboxes")}
+    plain = json.loads(doctor(sandloomd_binary, "--json", env=env).stdout)
+    assert plain["capabilities"]["disk_quota"]["mode"] == "accounting", plain
+    assert plain["capabilities"]["disk_quota"]["workspace_image"] is False
+    r = doctor(sandloomd_binary, "--json",
+               env={**env, "SANDBOX_WORKSPACE_IMAGE_BYTES": str(1 << 30)})
+    assert r.returncode == 0, r.stderr
+    disk = json.loads(r.stdout)["capabilities"]["disk_quota"]
+    assert disk["workspace_image"] is True and disk["mode"] == "btrfs-qgroup", disk
+    assert disk["sandbox_disk_quota"] is True, disk
+    # Nothing was made or mounted by asking.
+    assert not (tmp_path / "sandboxes.img").exists()
