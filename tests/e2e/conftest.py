@@ -94,6 +94,14 @@ class Daemon:
         # the isolation level of every daemon a test does not configure.
         if os.environ.get("SANDLOOM_TEST_LEVEL"):
             env_full["SANDBOX_ISOLATION_LEVEL"] = os.environ["SANDLOOM_TEST_LEVEL"]
+        # SANDLOOM_TEST_IMAGE=<bytes>: every daemon keeps its sandboxes in a
+        # workspace image of that size (workspace/image.h), whose free space
+        # is then what admission checks: 64 MiB must stay free, not 1 GiB.
+        # A test that puts the workspace root on a filesystem of its own
+        # (a small tmpfs, a loop device) keeps it as it is.
+        if os.environ.get("SANDLOOM_TEST_IMAGE") and "SANDBOX_LOCAL_ROOT" not in (env or {}):
+            env_full["SANDBOX_WORKSPACE_IMAGE_BYTES"] = os.environ["SANDLOOM_TEST_IMAGE"]
+            env_full["SANDBOX_MIN_FREE_BYTES"] = str(64 << 20)
         if self.token is not None:
             env_full["SANDBOX_INTERNAL_TOKEN"] = self.token
         env_full.update(env or {})

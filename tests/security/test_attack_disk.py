@@ -73,8 +73,29 @@ def test_btrfs_qgroups_stop_a_sandbox_at_its_quota(daemon_factory, make_sandbox,
     assert out["stdout"].strip().endswith("OK"), out
 
 
+def test_the_workspace_image_enforces_the_quota_on_any_host_filesystem(daemon_factory,
+                                                                       make_sandbox):
+    """The state directory is on the host's own filesystem (not btrfs):
+    with SANDBOX_WORKSPACE_IMAGE_BYTES the daemon mounts a btrfs image of
+    its own there, so the quota is a qgroup limit inside commands too."""
+    d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": str(512 * MiB),
+                        "SANDBOX_WORKSPACE_QUOTA_BYTES": str(32 * MiB),
+                        "SANDBOX_MIN_FREE_BYTES": str(MiB)})
+    r = rc(d)
+    assert r["sandbox_disk_quota"] is True and r["sandbox_disk_quota_mode"] == "btrfs-qgroup", r
+    hog, neighbour = make_sandbox(d, "hog"), make_sandbox(d, "neighbour")
+    out = sh(hog, "dd if=/dev/urandom of=/workspace/big bs=1M count=128 2>&1; sync; "
+                  "stat -c %s /workspace/big")
+    written = int(out["stdout"].split()[-1])
+    assert written <= 34 * MiB, f"a 32 MiB quota let {written / MiB:.0f} MiB through: {out}"
+    print(f"\nworkspace image, 32 MiB quota: a 128 MiB write stopped at {written / MiB:.1f} MiB")
+    out = sh(neighbour, "dd if=/dev/urandom of=/workspace/mine bs=1M count=16 2>&1 && echo OK")
+    assert out["stdout"].strip().endswith("OK"), out
+
+
 def test_without_filesystem_quotas_the_api_refuses_past_the_quota(daemon_factory, make_sandbox):
-    d = daemon_factory({"SANDBOX_WORKSPACE_QUOTA_BYTES": str(16 * MiB),
+    d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": "0",
+                        "SANDBOX_WORKSPACE_QUOTA_BYTES": str(16 * MiB),
                         "SANDBOX_WORKSPACE_QUOTA_INODES": "500",
                         "SANDBOX_MAINTENANCE_INTERVAL_SECONDS": "1"})
     r = rc(d)

@@ -140,6 +140,34 @@ def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory,
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_roots_inside_the_host_filesystem_are_reported(daemon):
-    layout = daemon.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
-    assert layout["hidden"] is False and "mount a filesystem" in layout["note"], layout
+def test_the_workspace_image_hides_the_host_layout(daemon_factory, make_sandbox):
+    """The same attempt against the default layout (both roots inside the
+    test's state directory on the host's filesystem) with
+    SANDBOX_WORKSPACE_IMAGE_BYTES set: the daemon mounts its own btrfs
+    image at both roots, so the 4th field is "/sandboxes/<id>/workspace"
+    and nothing in mountinfo names the state directory."""
+    d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": str(512 * 1024 * 1024),
+                        "SANDBOX_MIN_FREE_BYTES": "1048576"})
+    layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
+    assert layout["hidden"] is True and layout["workspace_image"] is True, layout
+    sb = make_sandbox(d)
+    iso = isolation(sb)
+    R, _ = probe(sb, r'''
+        R["proc"] = PROC
+        R["mountinfo"] = open("/proc/self/mountinfo").read() if PROC else ""
+        ''')
+    assert_proc_as_reported(iso, R["proc"])
+    if R["proc"]:
+        lines = R["mountinfo"].splitlines()
+        ws_line = [l for l in lines if l.split()[4] == "/workspace"]
+        assert ws_line and ws_line[0].split()[3] == f"/sandboxes/{sb.id}/workspace", ws_line
+        for l in lines:
+            assert str(d.state) not in l, l
+
+
+def test_roots_inside_the_host_filesystem_are_reported(daemon_factory):
+    d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": "0"})
+    layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
+    assert layout["hidden"] is False and layout["workspace_image"] is False, layout
+    assert "SANDBOX_WORKSPACE_IMAGE_BYTES" in layout["note"], layout
+    assert "mount a filesystem" in layout["note"], layout
