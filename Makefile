@@ -4,12 +4,15 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 STATE ?= $(CURDIR)/state
 
-.PHONY: all build deps deps-build run test unit e2e security bench sanitize clean format
+.PHONY: all build deps deps-build deps-run run test unit e2e security bench sanitize clean format
 
 all: build
 
 deps-build:
 	@scripts/install-deps.sh build
+
+deps-run:
+	@scripts/install-deps.sh run
 
 deps:
 	@scripts/install-deps.sh test
@@ -22,7 +25,7 @@ build: deps-build $(BUILD)/build.ninja
 
 # Starts the service on its embedded defaults: SQLite, in-process registry,
 # local workspaces, all under $(STATE).
-run: build
+run: deps-run build
 	@mkdir -p $(STATE)
 	SANDBOX_HOST=$${SANDBOX_HOST:-$(HOST)} SANDBOX_PORT=$${SANDBOX_PORT:-$(PORT)} \
 	SANDBOX_ADVERTISE_HOST=$${SANDBOX_ADVERTISE_HOST:-127.0.0.1} \

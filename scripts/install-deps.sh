@@ -8,13 +8,16 @@ tier="${1:-test}"
 build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
             libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev python3)
+# btrfs-progs: mkfs.btrfs makes the workspace image (SANDBOX_WORKSPACE_IMAGE_BYTES).
+run_pkgs=(btrfs-progs)
 # chromium: the console's browser test (driven by npm playwright-core with the
 # machine's Node.js 20; Debian's own nodejs 18 is too old for it).
-# btrfs-progs, e2fsprogs: the full-filesystem tests make btrfs and ext4 on loop devices.
-test_pkgs=(libcmocka-dev python3-pytest curl chromium btrfs-progs e2fsprogs)
+# e2fsprogs: the full-filesystem tests make btrfs and ext4 on loop devices.
+test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs)
 
 pkgs=("${build_pkgs[@]}")
-[ "$tier" = test ] && pkgs+=("${test_pkgs[@]}")
+[ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")
+[ "$tier" = test ] && pkgs+=("${run_pkgs[@]}" "${test_pkgs[@]}")
 
 missing=()
 for p in "${pkgs[@]}"; do

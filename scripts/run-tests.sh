@@ -5,6 +5,8 @@
 #   3. the escape suite (pytest: attacks from inside real sandboxes)
 #   4. release build only: the escape suite again with every daemon at the
 #      `basic` isolation level (SANDLOOM_TEST_LEVEL=basic), its own tier
+#   5. release build only: the end-to-end tests and the escape suite again
+#      with every daemon's sandboxes on a workspace image (SANDLOOM_TEST_IMAGE)
 # and, when $2 names an ASan+UBSan build, tiers 1-3 again against it.
 # Ends with one line "total: N passed, N failed".
 set -uo pipefail
@@ -48,24 +50,32 @@ run_tier() {
     total_fail=$((total_fail + unit_fail + e2e_fail + sec_fail))
 }
 
-# run_security_basic BUILD LABEL: the escape suite at `basic` isolation (no
-# PID namespace, no /proc inside: RUNTIME.md §3), own junit file and counts.
-run_security_basic() {
-    local dir="$1" label="$2" counts basic_pass basic_fail
-    echo "== $label: escape suite at basic isolation"
-    rm -f "$dir/security-basic-junit.xml"
-    SANDLOOM_TEST_LEVEL=basic SANDLOOMD="$root/$dir/sandloomd" $py -m pytest -q -p no:cacheprovider \
-        -o junit_suite_name=security@basic \
-        --junitxml="$dir/security-basic-junit.xml" tests/security || status=1
-    counts=$($py scripts/count-results.py junit "$dir/security-basic-junit.xml")
-    read -r basic_pass basic_fail <<<"$counts"
-    echo "$label security@basic: $basic_pass passed, $basic_fail failed"
-    total_pass=$((total_pass + basic_pass))
-    total_fail=$((total_fail + basic_fail))
+# run_variant BUILD LABEL NAME DIR VAR=VALUE: one pytest suite again with
+# one variable set for every daemon it starts, own junit file and counts.
+#   security@basic: SANDLOOM_TEST_LEVEL=basic, the `basic` isolation level
+#     (no PID namespace, no /proc inside: RUNTIME.md §3)
+#   e2e@image, security@image: SANDLOOM_TEST_IMAGE=<bytes>, the sandboxes
+#     and templates of every default-layout daemon on a workspace image
+#     (workspace/image.h: btrfs subvolumes on a loop device)
+run_variant() {
+    local dir="$1" label="$2" name="$3" suite="$4" setting="$5" counts v_pass v_fail
+    local junit="$dir/${name/@/-}-junit.xml"
+    echo "== $label: $name ($setting)"
+    rm -f "$junit"
+    env "$setting" SANDLOOMD="$root/$dir/sandloomd" $py -m pytest -q -p no:cacheprovider \
+        -o junit_suite_name="$name" --junitxml="$junit" "$suite" || status=1
+    counts=$($py scripts/count-results.py junit "$junit")
+    read -r v_pass v_fail <<<"$counts"
+    echo "$label $name: $v_pass passed, $v_fail failed"
+    total_pass=$((total_pass + v_pass))
+    total_fail=$((total_fail + v_fail))
 }
 
+image_bytes=$((1 << 30))
 run_tier "$build" "release"
-run_security_basic "$build" "release"
+run_variant "$build" release security@basic tests/security SANDLOOM_TEST_LEVEL=basic
+run_variant "$build" release e2e@image tests/e2e SANDLOOM_TEST_IMAGE=$image_bytes
+run_variant "$build" release security@image tests/security SANDLOOM_TEST_IMAGE=$image_bytes
 if [ -n "$asan_build" ]; then
     export ASAN_OPTIONS=detect_leaks=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
