@@ -17,6 +17,7 @@
 #include "blobstore/blobstore.h"
 #include "common/log.h"
 #include "config/config.h"
+#include "config/token_file.h"
 #include "registry/registry.h"
 #include "runtime/env.h"
 #include "runtime/runtime.h"
@@ -176,6 +177,20 @@ int main(void)
         failure = "PreflightError";
         goto out;
     }
+    /* No token given: the one a previous start saved, or this start's,
+     * saved for the next (config/token_file.h). */
+    bool token_saved = false;
+    if (cfg.token_generated) {
+        char *kept = NULL;
+        if (sl_token_file_load(cfg.internal_token_file, cfg.internal_token, &kept, &token_saved,
+                               &err) < 0) {
+            failure = "ConfigError";
+            goto out;
+        }
+        explicit_bzero(cfg.internal_token, strlen(cfg.internal_token));
+        free(cfg.internal_token);
+        cfg.internal_token = kept;
+    }
     registry = sl_registry_memory_open();
     if (!registry) {
         sl_error_set(&err, SL_E_INTERNAL, 0, "out of memory");
@@ -264,11 +279,16 @@ int main(void)
         sl_warn("SANDBOX_INTERNAL_TOKEN is shorter than %d characters: it can be guessed through "
                 "the API (refused outside the local environment)",
                 SL_CONFIG_TOKEN_MIN_CHARS);
-    if (cfg.token_generated)
+    if (token_saved)
         fprintf(stderr,
-                "sandloomd: no SANDBOX_INTERNAL_TOKEN set; generated API token for this run: %s\n"
+                "sandloomd: no SANDBOX_INTERNAL_TOKEN set; generated an API token and saved it in "
+                "%s (mode 0600) for later starts: %s\n"
                 "sandloomd: send it as 'Authorization: Bearer <token>'\n",
-                cfg.internal_token);
+                cfg.internal_token_file, cfg.internal_token);
+    else if (cfg.token_generated)
+        fprintf(stderr,
+                "sandloomd: no SANDBOX_INTERNAL_TOKEN set; the API token is the one saved in %s\n",
+                cfg.internal_token_file);
 
     int sig = 0;
     sigwait(&stop_signals, &sig);

@@ -131,6 +131,10 @@ static const struct config_var config_vars[] = {
     V_STR("SANDBOX_ADVERTISE_HOST", advertise_host, NULL, 0), /* NULL: the FQDN, below */
     V_STR("SANDBOX_ADVERTISE_SCHEME", advertise_scheme, "http", 0),
     V_STR("SANDBOX_INTERNAL_TOKEN", internal_token, "", 0),
+    /* Ours: where a token generated for an unset SANDBOX_INTERNAL_TOKEN is
+     * kept for later starts (config/token_file.h); unset =>
+     * <parent of the workspace root>/internal-token. */
+    V_OPT("SANDBOX_INTERNAL_TOKEN_FILE", internal_token_file),
     V_STR("SANDBOX_STARTUP_LOG_PATH", startup_log_path, "/tmp/agent-sandbox-startup.log", 0),
     V_STR("SANDBOX_PROFILE_ID", profile_id, "coding-default", 0),
     V_STR("SANDBOX_PROFILE_HASH", profile_hash, "bubblewrap-0.11.2-generic-v12", 0),
@@ -917,8 +921,9 @@ static int config_normalise_prefix(struct sl_config *cfg, struct sl_error *err)
     return 0;
 }
 
-/* <parent of the workspace root>/templates, as Python's Path(root).parent. */
-static char *config_template_root(const char *root)
+/* <parent of the workspace root>/<name>: where the template root (as
+ * Python's Path(root).parent / "templates") and the token file live. */
+static char *config_sibling(const char *root, const char *name)
 {
     size_t n = strlen(root);
     while (n > 1 && root[n - 1] == '/')
@@ -928,14 +933,12 @@ static char *config_template_root(const char *root)
         if (root[i] == '/')
             last = root + i;
     if (!last)
-        return strdup("templates");
+        return strdup(name);
     size_t parent = (size_t)(last - root);
     while (parent > 1 && root[parent - 1] == '/')
         parent--;
-    if (parent == 0)
-        return strdup("/templates");
     char *out = NULL;
-    if (asprintf(&out, "%.*s/templates", (int)parent, root) < 0)
+    if (asprintf(&out, "%.*s/%s", (int)parent, root, name) < 0)
         return NULL;
     return out;
 }
@@ -1032,8 +1035,12 @@ static int config_derive(struct sl_config *cfg, struct sl_error *err)
         return oom(err, "SANDBOX_ADVERTISE_HOST");
     if (!(cfg->workspace_root = strdup(cfg->shared_root ? cfg->shared_root : cfg->local_root)))
         return oom(err, "SANDBOX_LOCAL_ROOT");
-    if (!cfg->template_root && !(cfg->template_root = config_template_root(cfg->workspace_root)))
+    if (!cfg->template_root &&
+        !(cfg->template_root = config_sibling(cfg->workspace_root, "templates")))
         return oom(err, "SANDBOX_TEMPLATE_ROOT");
+    if (!cfg->internal_token_file &&
+        !(cfg->internal_token_file = config_sibling(cfg->workspace_root, "internal-token")))
+        return oom(err, "SANDBOX_INTERNAL_TOKEN_FILE");
     if (!cfg->workspace_image_path) {
         size_t n = strlen(cfg->workspace_root);
         while (n > 1 && cfg->workspace_root[n - 1] == '/')

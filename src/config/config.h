@@ -37,6 +37,7 @@ struct sl_config {
     char *advertise_scheme;
     char *internal_token;   /* after load: never empty (generated outside prod) */
     bool token_generated;   /* internal_token was generated at load */
+    char *internal_token_file; /* resolved: unset => <parent of workspace root>/internal-token */
     bool token_short;       /* given, shorter than SL_CONFIG_TOKEN_MIN_CHARS (local only) */
     char *startup_log_path;
     char *profile_id;

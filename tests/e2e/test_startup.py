@@ -3,8 +3,11 @@ outside prod (COMPAT.md §2)."""
 
 import os
 import re
+import shutil
 import sqlite3
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +156,46 @@ def test_unreachable_workspace_root_refuses_startup(daemon_factory, tmp_path):
                                 expect_exit=True)
     assert rc == 3, stderr
     assert str(locked) in stderr and "o+x" in stderr, stderr
+
+
+def test_a_generated_token_is_kept_for_the_next_start(daemon_factory):
+    """No SANDBOX_INTERNAL_TOKEN: the first start saves the token it drew in
+    <parent of the workspace root>/internal-token (0600) and every later
+    start uses it, so the console and MCP clients keep working."""
+    first = daemon_factory(token=None)
+    token_file = first.state / "internal-token"
+    st = token_file.stat()
+    assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.geteuid(), oct(st.st_mode)
+    token = token_file.read_text().strip()
+    assert len(token) == 43 and token in first.stderr(), first.stderr()
+    assert first.stop() == 0
+    second = daemon_factory(token=None, state_dir=first.state, port=first.port)
+    assert token not in second.stderr(), "a kept token is not printed again"
+    assert f"the one saved in {token_file}" in second.stderr(), second.stderr()
+    r = second.client(token=token).post(f"{API}/resolve", json={"sandbox_id": "kept-1",
+                                                                "workspace_scope_id": "s"})
+    assert r.status == 200, r
+    assert second.stop() == 0
+    # A token given in the environment wins; the file is left as it is.
+    third = daemon_factory(state_dir=first.state, port=first.port)
+    assert third.client(token=token).get(f"{API}/kept-1").status == 401
+    assert third.client().get(f"{API}/kept-1").status == 200
+    assert token_file.read_text().strip() == token
+
+
+def test_a_token_file_others_can_read_is_refused(daemon_factory):
+    state = Path(tempfile.mkdtemp(prefix="sandloom-token-"))
+    os.chmod(state, 0o711)
+    try:
+        (state / "internal-token").write_text("x" * 43 + "\n")
+        os.chmod(state / "internal-token", 0o644)
+        rc, err = daemon_factory(token=None, state_dir=state, expect_exit=True)
+        assert rc == 3, err
+        assert "SANDBOX_INTERNAL_TOKEN_FILE" in err and "mode 0600" in err, err
+        os.chmod(state / "internal-token", 0o600)
+        (state / "internal-token").write_text("short\n")
+        rc, err = daemon_factory(token=None, state_dir=state, expect_exit=True)
+        assert rc == 3 and "must hold one token of 32 to 512" in err, err
+        assert "short" not in err
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
