@@ -3,8 +3,10 @@ BUILD ?= build
 HOST ?= 127.0.0.1
 PORT ?= 8080
 STATE ?= $(CURDIR)/state
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all build deps deps-build deps-run run test unit e2e security bench sanitize clean format
+.PHONY: all build deps deps-build deps-run run install uninstall test unit e2e security bench sanitize clean format
 
 all: build
 
@@ -24,15 +26,25 @@ build: deps-build $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 # Starts the service on its embedded defaults: SQLite, in-process registry,
-# local workspaces, all under $(STATE).
+# local workspaces, all under $(STATE). The environment, then this command
+# line (make run PORT=9000 STATE=/srv/sl), then .env win over these
+# defaults (scripts/run.sh).
 run: deps-run build
-	@mkdir -p $(STATE)
-	SANDBOX_HOST=$${SANDBOX_HOST:-$(HOST)} SANDBOX_PORT=$${SANDBOX_PORT:-$(PORT)} \
-	SANDBOX_ADVERTISE_HOST=$${SANDBOX_ADVERTISE_HOST:-127.0.0.1} \
-	SANDBOX_LOCAL_ROOT=$${SANDBOX_LOCAL_ROOT:-$(STATE)/sandboxes} \
-	SANDBOX_DATABASE_URL=$${SANDBOX_DATABASE_URL:-sqlite:///$(STATE)/sandloom.db} \
-	SANDBOX_STARTUP_LOG_PATH=$${SANDBOX_STARTUP_LOG_PATH:-$(STATE)/startup.log} \
-	exec $(BUILD)/sandloomd
+	@SL_RUN_GIVEN="$(strip $(foreach v,HOST PORT STATE,$(if $(filter command line,$(origin $(v))),$(v))))" \
+	scripts/run.sh $(BUILD) "$(HOST)" "$(PORT)" "$(STATE)"
+
+# Installs the programs under $(DESTDIR)$(PREFIX): sandloomd and
+# sandloom-doctor in bin/, sandloom-init (every sandbox's PID 1, not a
+# command) in libexec/sandloom/, where sandloomd looks for it.
+install: build
+	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(PREFIX)/libexec/sandloom"
+	install -m 0755 $(BUILD)/sandloomd $(BUILD)/sandloom-doctor "$(DESTDIR)$(PREFIX)/bin/"
+	install -m 0755 $(BUILD)/sandloom-init "$(DESTDIR)$(PREFIX)/libexec/sandloom/"
+
+uninstall:
+	rm -f "$(DESTDIR)$(PREFIX)/bin/sandloomd" "$(DESTDIR)$(PREFIX)/bin/sandloom-doctor" \
+	      "$(DESTDIR)$(PREFIX)/libexec/sandloom/sandloom-init"
+	-rmdir "$(DESTDIR)$(PREFIX)/libexec/sandloom" 2>/dev/null
 
 ASAN_BUILD ?= build-asan
 

@@ -16,10 +16,17 @@ int launch_find_init(char *out, size_t size)
     if (!slash)
         return -1;
     *slash = '\0';
-    int len = snprintf(out, size, "%s/sandloom-init", self);
-    if (len < 0 || (size_t)len >= size)
-        return -1;
-    return access(out, X_OK);
+    /* Beside the binary (the build directory), else where `make install`
+     * puts it: <prefix>/libexec/sandloom beside <prefix>/bin. */
+    static const char *const places[] = {"/sandloom-init", "/../libexec/sandloom/sandloom-init"};
+    for (size_t i = 0; i < sizeof(places) / sizeof(places[0]); i++) {
+        int len = snprintf(out, size, "%s%s", self, places[i]);
+        if (len < 0 || (size_t)len >= size)
+            return -1;
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    return -1;
 }
 
 struct sl_rt_options launch_runtime_options(const struct sl_config *cfg, const char *init_path,
