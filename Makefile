@@ -6,7 +6,7 @@ STATE ?= $(CURDIR)/state
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build deps deps-build deps-run run install uninstall test unit e2e security bench sanitize clean format
+.PHONY: all build deps deps-build deps-run run install uninstall docs test unit e2e security bench sanitize clean format
 
 all: build
 
@@ -76,6 +76,10 @@ bench: build
 sanitize: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD)
 	meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
+
+# Regenerates docs/CONFIGURATION.md from the configuration table.
+docs: build
+	$(BUILD)/config-reference > docs/CONFIGURATION.md
 
 format:
 	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c')

@@ -15,6 +15,7 @@
 #define SL_CONFIG_CONFIG_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "common/error.h"
@@ -163,5 +164,11 @@ int sl_config_parse_list(const char *value, struct sl_strlist *out);
 /* Parse a boolean spelling; -1 if not one. */
 int sl_config_parse_bool(const char *value);
 
+
+/* docs/CONFIGURATION.md: every variable the service reads, its default,
+ * what it accepts and what it does (config_doc.c). -1 with err when the
+ * prose and the table disagree (a variable undocumented, or documented
+ * but not read). */
+int sl_config_write_reference(FILE *out, struct sl_error *err);
 
 #endif

@@ -1,0 +1,158 @@
+/* What each variable does, for docs/CONFIGURATION.md (config/config.h,
+ * sl_config_write_reference). Names, defaults and what a value must be
+ * come from the configuration table in config.c; this table adds the
+ * prose, the order and the sections. sl_config_write_reference refuses
+ * a variable of the table that is missing here, and a name here that
+ * the service does not read, so the two cannot drift. */
+#include "config/config_doc.h"
+
+#include <stddef.h>
+
+/* clang-format off */
+#define SECTION(title) {.section = title}
+#define REF(n, text) {.name = n, .doc = text}
+#define OURS(n, text) {.name = n, .ours = true, .doc = text}
+/* A table variable whose default is computed: spelled here. */
+#define REF_D(n, d, text) {.name = n, .def = d, .doc = text}
+/* Read outside the table: default and accepted values spelled here. */
+#define EXTRA(n, d, a, text) {.name = n, .extra = true, .def = d, .accepts = a, .doc = text}
+
+const struct sl_config_doc sl_config_docs[] = {
+    SECTION("Identity and HTTP"),
+    REF("SANDBOX_HOST", "Address the HTTP server binds to."),
+    REF("SANDBOX_PORT", "Port the HTTP server binds to; part of the worker id (`<advertise host>-<port>`) and its endpoint."),
+    REF_D("SANDBOX_ADVERTISE_HOST", "the machine's FQDN", "Host other workers and clients use to reach this worker. Outside `local` it must be set and not a loopback address."),
+    REF("SANDBOX_ADVERTISE_SCHEME", "Scheme of the advertised worker endpoint."),
+    REF("SANDBOX_INTERNAL_TOKEN", "Bearer token every API call must carry. Required in `prod`. Outside `local` it must be at least 32 characters (locally a shorter one only warns). Unset: a token is generated at the first start and kept in `SANDBOX_INTERNAL_TOKEN_FILE`."),
+    {.name = "SANDBOX_INTERNAL_TOKEN_FILE", .ours = true, .def = "`<parent of the workspace root>/internal-token`", .doc = "Where the token generated for an unset `SANDBOX_INTERNAL_TOKEN` is kept (mode 0600) and read back by later starts (`state/internal-token` under `make run`). A file others can read, or one that holds no valid token, stops startup."},
+    REF("SANDBOX_STARTUP_LOG_PATH", "File the startup markers are appended to (`status=starting`, `status=success`, `status=failed`); its directory is created."),
+    REF("SANDBOX_PROFILE_ID", "The only `profile` value resolve and create accept."),
+    REF("SANDBOX_PROFILE_HASH", "Base of the effective profile hash (the isolation level is appended); placement only puts a sandbox on workers with the same hash."),
+    REF("SANDBOX_WORKER_CAPACITY", "Live sandboxes this worker admits; placement and resume refuse past it."),
+    REF("SANDBOX_HEARTBEAT_INTERVAL_SECONDS", "How often the worker renews its registry entry."),
+    REF("SANDBOX_HEARTBEAT_TTL_SECONDS", "Lifetime of the registry entry; must be more than twice the heartbeat interval."),
+    OURS("SANDBOX_HTTP_HEADER_TIMEOUT_SECONDS", "A connection that has not sent a request's headers within this time is closed, so idle connections cannot hold the server's connection budget. 0 = only the HTTP library's 120 s idle limit."),
+    OURS("SANDBOX_MAX_CONNECTIONS_PER_SANDBOX", "Connections one sandbox's uid may hold to the API at once (sandboxes in host network mode can reach it); all sandboxes together get half the connection limit."),
+    OURS("SANDBOX_AUTH_FAILURES_PER_MINUTE", "Failed authentications one peer gets answered at once per minute; past that each 401 is delayed, and failures are logged (rate-limited, never the token). 0 = every failure is delayed."),
+
+    SECTION("Isolation and runtime"),
+    REF("SANDBOX_ISOLATION_LEVEL", "Isolation level: `strict`, `standard` or `basic` (or `3`, `2`, `1`), or `auto` for the strongest this host supports. An explicit level this host cannot give stops startup."),
+    REF("SANDBOX_ISOLATION_REQUIRED_FEATURES", "Features the selected level must have, else startup stops."),
+    REF("SANDBOX_ISOLATION_OPTIONAL_FEATURES", "Features used where the host has them."),
+    REF("SANDBOX_NETWORK_MODE", "`host`: sandboxes share the host's network (the reference's default). `isolated`: each command gets its own network namespace with loopback only."),
+    REF("SANDBOX_EXECUTION_BACKEND", "Execution backend. This build's native runtime answers to `bubblewrap`; any other name is a plugin, which this build refuses."),
+    REF("SANDBOX_BUBBLEWRAP_PATH", "Configures the reference's bubblewrap launcher; read and ignored by the native runtime (startup says so)."),
+    REF("SANDBOX_SETPRIV_PATH", "Configures the reference's launcher; ignored by the native runtime."),
+    REF("SANDBOX_PRLIMIT_PATH", "Configures the reference's launcher; ignored by the native runtime."),
+    REF("SANDBOX_BASH_PATH", "Read for compatibility with the reference, which only checks that it exists; the native runtime does not use it."),
+    REF("SANDBOX_BUBBLEWRAP_MIN_VERSION", "Configures the reference's launcher; ignored by the native runtime."),
+    REF("SANDBOX_TMPFS_BYTES", "Size of each command's private `/tmp`."),
+    REF("SANDBOX_CPU_SECONDS", "CPU seconds per process (RLIMIT_CPU)."),
+    REF("SANDBOX_MAX_PROCESSES", "Processes per sandbox uid (RLIMIT_NPROC)."),
+    REF("SANDBOX_MAX_OPEN_FILES", "Open files per process (RLIMIT_NOFILE)."),
+    REF("SANDBOX_MAX_FILE_SIZE_BYTES", "Largest file a process may write (RLIMIT_FSIZE)."),
+    REF("SANDBOX_READONLY_MOUNTS", "Host directories bound read-only into every sandbox at the same path."),
+    OURS("SANDBOX_MEMORY_LIMIT_BYTES", "Memory of all of one sandbox's processes together (cgroup); a command past it is killed and reported `OOM_KILLED`. 0 = no quota."),
+    OURS("SANDBOX_PIDS_LIMIT", "Processes of one sandbox together (cgroup pids). 0 = no quota."),
+    OURS("SANDBOX_CPU_LIMIT", "CPUs one sandbox may use together (cgroup cpu quota). 0 = no quota."),
+    OURS("SANDBOX_SESSION_IDLE_SECONDS", "A warm sandbox session (namespaces kept between commands) stops after this long with nothing running. 0 = a fresh sandbox for every command."),
+
+    SECTION("Workspace, disk and lifecycle"),
+    REF("SANDBOX_LOCAL_ROOT", "Where sandbox directories live when there is no shared root. Must not be a symlink; it and every directory above it must be searchable by others (sandbox uids)."),
+    REF("SANDBOX_SHARED_ROOT", "A root shared by every worker (a network filesystem); when set it is the workspace root and routes are `storage_mode: \"shared\"`."),
+    REF("SANDBOX_UID_START", "First Linux uid given to a sandbox."),
+    REF("SANDBOX_UID_END", "Last Linux uid given to a sandbox; at least `SANDBOX_UID_START`."),
+    REF("SANDBOX_IDLE_TTL_SECONDS", "A sandbox idle this long is released by the maintenance cycle."),
+    REF("SANDBOX_ORPHAN_RELEASE_GRACE_SECONDS", "Age after which a route stuck in `RELEASING` is retried and one stuck in `SUSPENDING` is finished."),
+    REF("SANDBOX_ORPHAN_RUNNING_GRACE_SECONDS", "Age after which a `RUNNING` route's owner is checked for loss."),
+    REF("SANDBOX_ORPHAN_REAPER_BATCH_SIZE", "Routes each of the two reaper sweeps handles per cycle."),
+    REF("SANDBOX_MAINTENANCE_INTERVAL_SECONDS", "Period of the maintenance cycle (idle release, reapers, quotas, pruning)."),
+    REF("SANDBOX_SUSPENDED_RETENTION_SECONDS", "How long a suspended sandbox is kept before it is released. 0 = forever."),
+    REF("SANDBOX_SUSPEND_SNAPSHOT", "Whether suspend archives the workspace to the object store: `auto` (when a store is configured), `always` or `never`."),
+    REF("SANDBOX_ORPHAN_DORMANT_DIR_TTL_SECONDS", "Local directories with no live route are deleted after this long. 0 = never."),
+    REF("SANDBOX_DISK_HIGH_WATERMARK_PERCENT", "Above this use of the workspace filesystem, new sandboxes are refused (`SANDBOX_WORKER_DISK_PRESSURE`)."),
+    REF("SANDBOX_MIN_FREE_BYTES", "Below this free space on the workspace filesystem, new sandboxes are refused."),
+    REF("SANDBOX_DEFAULT_TIMEOUT_SECONDS", "A command's timeout when the request gives none."),
+    REF("SANDBOX_TERMINATE_GRACE_SECONDS", "Time between SIGTERM and SIGKILL when a command is stopped (at least 0.1 s is used)."),
+    OURS("SANDBOX_WORKSPACE_QUOTA_BYTES", "Bytes one sandbox's whole tree (workspace, home, cache, envs) may use. Enforced inside commands by btrfs qgroups where the workspace root is btrfs (or the workspace image); elsewhere by accounting, and writes through the API are refused past it (507 `SANDBOX_DISK_FULL`). 0 = no quota."),
+    OURS("SANDBOX_WORKSPACE_QUOTA_INODES", "Files and directories one sandbox's tree may hold, by accounting (writes through the API refused past it). 0 = no quota."),
+    OURS("SANDBOX_WORKSPACE_IMAGE_BYTES", "Keep sandboxes and templates on one btrfs filesystem in a file of this size (reserved in full at the first start), which the service mounts at the workspace and template roots itself: disk quotas are enforced inside commands and a sandbox sees no host path. Needs loop devices and `mkfs.btrfs`. A larger value grows the image at the next start. 0 = plain directories."),
+    {.name = "SANDBOX_WORKSPACE_IMAGE_PATH", .ours = true, .def = "`<workspace root>.img`", .doc = "Where the workspace image lives."},
+
+    SECTION("Commands, files and API limits"),
+    REF("SANDBOX_MAX_OUTPUT_BYTES", "stdout and stderr kept per command, each; past it the output is `truncated`."),
+    REF("SANDBOX_MAX_FILE_API_BYTES", "Largest file the file API reads or writes; also sets the MCP request limit (this plus 1 MiB)."),
+    REF("SANDBOX_MAX_LIST_ENTRIES", "Largest page a directory listing answers."),
+    REF("SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX", "Commands one sandbox may run at once."),
+    REF("SANDBOX_MCP_ALLOWED_HOSTS", "`Host` values the MCP endpoint accepts (the advertise host, with and without the port, is always added); `*` after a colon matches any port."),
+    OURS("SANDBOX_EXEC_RETENTION_SECONDS", "Finished command records older than this are deleted (with the lifecycle history past its limits) by the prune. 0 = kept forever."),
+    OURS("SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS", "How often that prune runs."),
+    OURS("SANDBOX_MAX_STORED_OUTPUT_BYTES_PER_SANDBOX", "Stored output of one sandbox's finished commands together; past it the oldest records lose their output first. 0 = no cap."),
+
+    SECTION("Metadata store and registry"),
+    EXTRA("SANDBOX_DATABASE_URL", "`sqlite+aiosqlite:///./data/agent-sandbox.db`", "`sqlite:///path`, `postgresql://…`, `mysql://…` (and their SQLAlchemy driver spellings)", "The metadata database. `sqlite:///relative.db` and `sqlite:////absolute.db`; the SQLite file and its directory are created (mode 0600)."),
+    EXTRA("SANDBOX_DATABASE_AUTO_DDL", "true for SQLite, false otherwise", "a boolean (`true/false`, `1/0`, `yes/no`, `on/off`)", "Create missing tables and indexes at startup. Without it a database that lacks them stops startup, naming what is missing."),
+    OURS("SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS", "How long a database write waits for a lock another process holds before the request answers 503 `SANDBOX_METADATA_UNAVAILABLE`."),
+    REF("SANDBOX_METADATA_BACKEND", "Metadata store: `auto` or `sqlalchemy` is the built-in SQL store; any other name is a plugin, which this build refuses."),
+    REF("SANDBOX_MYSQL_CONNECT_TIMEOUT_SECONDS", "Connect timeout for MySQL."),
+    REF("SANDBOX_MYSQL_POOL_RECYCLE_SECONDS", "Age after which a pooled connection to a server database is replaced; -1 = never."),
+    REF("SANDBOX_REGISTRY_BACKEND", "Worker registry: `memory` (one worker). `redis` is read but not yet supported by this build (startup says so)."),
+    REF("SANDBOX_REGISTRY_NAMESPACE", "Key prefix in the registry."),
+    REF("SANDBOX_REDIS_URL", "Redis URL of the registry."),
+
+    SECTION("Object store and templates"),
+    REF("SANDBOX_OBJECT_STORE_BACKEND", "`s3` (used when a bucket is set) or `disabled`."),
+    REF("SANDBOX_BLOBSTORE_ENDPOINT", "S3 endpoint URL; empty = the provider's default."),
+    REF("SANDBOX_BLOBSTORE_BUCKET", "Bucket for shared templates and suspend snapshots; empty = no object store."),
+    REF("SANDBOX_BLOBSTORE_BASE_PREFIX", "Key prefix in the bucket; slashes trimmed and one trailing `/` added."),
+    REF("SANDBOX_BLOBSTORE_REGION", "Region used to sign requests."),
+    REF("BLOBSTORE_ACCESS_KEY", "S3 access key; with `BLOBSTORE_SECRET_KEY`, or neither (then the standard AWS credential chain below)."),
+    REF("BLOBSTORE_SECRET_KEY", "S3 secret key; set together with `BLOBSTORE_ACCESS_KEY`."),
+    REF_D("SANDBOX_TEMPLATE_ROOT", "`<parent of the workspace root>/templates`", "Local template cache."),
+    REF_D("SANDBOX_TEMPLATE_CACHE_MAX_BYTES", "`10737418240` (10 GiB)", "Budget of the template cache; past it the least recently used templates no sandbox uses are evicted (the reference has no default budget)."),
+    REF("SANDBOX_TEMPLATE_MAX_EXTRACT_BYTES", "Largest template: source bytes of a snapshot, allocated bytes once extracted."),
+    REF("SANDBOX_TEMPLATE_MAX_ARCHIVE_BYTES", "Largest compressed template archive."),
+    REF("SANDBOX_TEMPLATE_SNAPSHOT_MAX_ENTRIES", "Most files and directories in one template."),
+    REF("SANDBOX_TEMPLATE_SNAPSHOT_MAX_DEPTH", "Deepest directory nesting in one template."),
+    REF("SANDBOX_TEMPLATE_SNAPSHOT_TIMEOUT_SECONDS", "Time limit of one template snapshot; suspend and resume wait this long less 60 s for their archive."),
+    EXTRA("AWS_ACCESS_KEY_ID", "unset", "any string", "Standard AWS credential chain, used when `BLOBSTORE_ACCESS_KEY` is not set: with `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` (or `AWS_SECURITY_TOKEN`)."),
+    EXTRA("AWS_SECRET_ACCESS_KEY", "unset", "any string", "See `AWS_ACCESS_KEY_ID`."),
+    EXTRA("AWS_SESSION_TOKEN", "unset", "any string", "See `AWS_ACCESS_KEY_ID`."),
+    EXTRA("AWS_SECURITY_TOKEN", "unset", "any string", "Older name of `AWS_SESSION_TOKEN`."),
+    EXTRA("AWS_PROFILE", "`default`", "a profile name", "Profile read from the shared credentials and config files (`AWS_DEFAULT_PROFILE` is the older name)."),
+    EXTRA("AWS_DEFAULT_PROFILE", "unset", "a profile name", "See `AWS_PROFILE`."),
+    EXTRA("AWS_SHARED_CREDENTIALS_FILE", "`~/.aws/credentials`", "a path", "Shared credentials file."),
+    EXTRA("AWS_CONFIG_FILE", "`~/.aws/config`", "a path", "Shared config file."),
+    EXTRA("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "unset", "a path", "Container credentials endpoint (ECS), relative to its fixed address."),
+    EXTRA("AWS_CONTAINER_CREDENTIALS_FULL_URI", "unset", "a URL", "Container credentials endpoint, full URL: https, or http to a loopback or container-credentials address."),
+    EXTRA("AWS_CONTAINER_AUTHORIZATION_TOKEN", "unset", "any string", "Authorization header for the container credentials endpoint."),
+    EXTRA("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "unset", "a path", "File holding that header (read at every refresh)."),
+    EXTRA("AWS_EC2_METADATA_DISABLED", "unset", "`true` to disable", "Whether the instance metadata service is asked for credentials, last in the chain."),
+    EXTRA("AWS_EC2_METADATA_SERVICE_ENDPOINT", "`http://169.254.169.254`", "a URL", "Address of the instance metadata service."),
+    EXTRA("AWS_CA_BUNDLE", "the system's CA store", "a path", "CA certificates for the S3 endpoint."),
+
+    SECTION("Toolchains, mirrors, proxies and egress"),
+    REF("SANDBOX_TOOLCHAINS", "Toolchains put on every sandbox's PATH, in this order (PATH precedence); each is checked at startup."),
+    REF("SANDBOX_PYTHON_INDEX_URL", "Package index pip uses inside sandboxes."),
+    REF("SANDBOX_NPM_REGISTRY", "Registry npm uses inside sandboxes."),
+    REF("SANDBOX_GO_PROXY", "`GOPROXY` inside sandboxes."),
+    REF("SANDBOX_GO_SUMDB", "`GOSUMDB` inside sandboxes."),
+    REF("SANDBOX_CARGO_REGISTRY_URL", "Cargo registry mirror inside sandboxes; empty = crates.io."),
+    REF("SANDBOX_MAVEN_REPOSITORY_URL", "Maven repository mirror inside sandboxes; empty = Maven Central."),
+    REF("SANDBOX_JAVA_HOME", "Exported as `JAVA_HOME` to sandboxes, its `bin` on PATH, for the java toolchain. Unset: neither."),
+    REF("SANDBOX_RUST_LAUNCHER_DIR", "Directory put on PATH after `/envs/cargo/bin` for the rust toolchain (where `cargo` and `rustc` are). Unset: none."),
+    REF("SANDBOX_HTTP_PROXIES", "HTTP proxies; one is chosen per command, in turn, and exported as `HTTP_PROXY`/`HTTPS_PROXY`."),
+    REF("SANDBOX_NO_PROXY", "Exported as `NO_PROXY` when proxies are set."),
+    REF("SANDBOX_EGRESS_DENIED_ADDRESSES", "Addresses sandboxes must not reach. The native runtime cannot enforce such a list, so a non-empty one stops startup (`SANDBOX_EGRESS_POLICY_UNSUPPORTED`) rather than promise it."),
+    REF("SANDBOX_EGRESS_ALLOWED_LITERALS", "Addresses exempt from that list; non-empty stops startup the same way."),
+
+    SECTION("Plugins, environment and telemetry"),
+    REF("SANDBOX_CREDENTIAL_BROKER", "`disabled`: every `sensitive_env` key is refused (400). Any other name is a plugin, which this build refuses."),
+    REF("SANDBOX_TELEMETRY_SINK", "Name of a log sink plugin, shown in `/healthz` `logging.sink_name`."),
+    REF("SANDBOX_ENVIRONMENT", "`local`, `staging` or `prod`: `prod` requires a token, and outside `local` the token must be long and the advertise host real."),
+    REF("SANDBOX_ZONE", "Appended to `env_type` in `/healthz` (`<environment>-<zone>-<region>`)."),
+    REF("SANDBOX_REGION", "See `SANDBOX_ZONE`."),
+};
+/* clang-format on */
+
+const size_t sl_config_docs_len = sizeof(sl_config_docs) / sizeof(sl_config_docs[0]);
