@@ -1,4 +1,5 @@
 #include "api/http.h"
+#include "api/validate.h"
 
 #include <microhttpd.h>
 #include <netdb.h>
@@ -188,16 +189,21 @@ static void answer_error(struct conn_state *st, const char *code, const char *me
     answer(st, &resp);
 }
 
-static void answer_invalid_body(struct conn_state *st)
+/* No body, or one that is not a JSON object: the reference's one entry
+ * at loc ["body", "request"], with what was wrong. */
+static void answer_invalid_body(struct conn_state *st, const char *why)
 {
-    _cleanup_json_ json_t *errors =
-        json_pack("[{s:[s,s],s:s,s:s}]", "loc", "body", "request", "type", "invalid_request",
-                  "msg", "request field does not satisfy the sandbox contract");
+    struct sl_validation v;
+    sl_v_init(&v);
+    sl_v_fail(&v, "request", "%s", why);
+    char message[320];
+    sl_v_message(&v, message, sizeof(message));
     struct sl_response resp = {
         .status = 422,
         .content_type = "application/json",
-        .body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", errors),
+        .body = sl_api_error_body(SL_E_INVALID_REQUEST, message, v.errors),
     };
+    sl_v_free(&v);
     resp.len = resp.body ? strlen(resp.body) : 0;
     answer(st, &resp);
 }
@@ -225,12 +231,20 @@ static void run_handler(void *arg)
      * refuse it per field (and the file API with its own message). */
     _cleanup_json_ json_t *body = NULL;
     if (st->route->body) {
-        if (st->body.len > 0 &&
-            !sl_json_too_many_containers(st->body.data, st->body.len, SL_HTTP_MAX_JSON_CONTAINERS))
-            body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, NULL);
+        const char *why = NULL;
+        json_error_t jerr;
+        if (st->body.len == 0)
+            why = "needs a JSON object body";
+        else if (sl_json_too_many_containers(st->body.data, st->body.len,
+                                             SL_HTTP_MAX_JSON_CONTAINERS))
+            why = "body nests too many objects and arrays";
+        else if (!(body = json_loadb(st->body.data, st->body.len, JSON_ALLOW_NUL, &jerr)))
+            why = "body is not valid JSON";
+        else if (!json_is_object(body))
+            why = "body must be a JSON object";
         sl_buf_free(&st->body); /* the request's bytes are not needed past parsing */
-        if (!json_is_object(body)) {
-            answer_invalid_body(st);
+        if (why) {
+            answer_invalid_body(st, why);
             return;
         }
     }

@@ -258,22 +258,26 @@ static json_t *fail(struct sl_error *err, const char *code, const char *message)
     return NULL;
 }
 
-/* Invalid arguments become a tool error naming the fields (never their
- * values), as the reference's request models refuse them. */
+/* Invalid arguments become a tool error naming each field and why (never
+ * its value), as the reference's request models refuse them. */
 static json_t *fail_invalid(struct sl_error *err, const struct sl_validation *v)
 {
-    char fields[200] = "";
+    char text[480] = "";
     size_t i;
     json_t *e;
     json_array_foreach(v->errors, i, e)
     {
-        const char *f = json_string_value(json_array_get(json_object_get(e, "loc"), 1));
-        if (!f || strstr(fields, f))
+        const char *msg = json_string_value(json_object_get(e, "msg"));
+        if (!msg)
             continue;
-        size_t used = strlen(fields);
-        snprintf(fields + used, sizeof(fields) - used, "%s%s", used ? ", " : "", f);
+        /* Tool arguments are not a request body. */
+        static const char body[] = "body field ";
+        bool arg = strncmp(msg, body, sizeof(body) - 1) == 0;
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof(text) - used, "%s%s%s", used ? "; " : "",
+                 arg ? "argument " : "", arg ? msg + sizeof(body) - 1 : msg);
     }
-    sl_error_set(err, SL_E_INVALID_REQUEST, 0, "invalid arguments: %s", fields);
+    sl_error_set(err, SL_E_INVALID_REQUEST, 0, "invalid arguments: %s", text);
     return NULL;
 }
 

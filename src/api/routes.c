@@ -45,7 +45,9 @@ static void respond_invalid(struct sl_response *resp, const struct sl_validation
 {
     resp->status = 422;
     resp->content_type = "application/json";
-    resp->body = sl_api_error_body(SL_E_INVALID_REQUEST, "request validation failed", v->errors);
+    char message[320];
+    sl_v_message(v, message, sizeof(message));
+    resp->body = sl_api_error_body(SL_E_INVALID_REQUEST, message, v->errors);
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
 
@@ -221,14 +223,14 @@ static bool env_object(struct sl_validation *v, const json_t *body, const char *
     if (!obj)
         return true;
     if (!json_is_object(obj) || json_object_size(obj) > max_keys) {
-        sl_v_fail(v, field);
+        sl_v_fail(v, field, "must be an object of at most %zu string values", max_keys);
         return false;
     }
     size_t count = json_object_size(obj);
     *keys = calloc(count + 1, sizeof(**keys));
     *values = calloc(count + 1, sizeof(**values));
     if (!*keys || !*values) {
-        sl_v_fail(v, field);
+        sl_v_fail(v, field, "could not be read (out of memory)");
         return false;
     }
     const char *k;
@@ -239,7 +241,9 @@ static bool env_object(struct sl_validation *v, const json_t *body, const char *
             strlen(json_string_value(val)) != json_string_length(val) ||
             sl_v_utf8_len(k, klen) > 256 ||
             sl_v_utf8_len(json_string_value(val), json_string_length(val)) > 65536) {
-            sl_v_fail(v, field);
+            sl_v_fail(v, field,
+                      "must map names of at most 256 characters to strings of at most 65536, "
+                      "without NUL characters");
             return false;
         }
         (*keys)[*n] = k;
@@ -271,17 +275,22 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
     size_t argc = 0;
     if (!json_is_array(argv_json) || json_array_size(argv_json) < 1 ||
         json_array_size(argv_json) > 256) {
-        sl_v_fail(v, "argv");
+        if (!argv_json)
+            sl_v_fail(v, "argv", "is required");
+        else
+            sl_v_fail(v, "argv", "must be an array of 1 to 256 strings");
     } else {
         argc = json_array_size(argv_json);
         out->argv = calloc(argc + 1, sizeof(*out->argv));
         if (!out->argv)
-            sl_v_fail(v, "argv");
+            sl_v_fail(v, "argv", "could not be read (out of memory)");
         for (size_t i = 0; out->argv && i < argc; i++) {
             json_t *item = json_array_get(argv_json, i);
             if (!json_is_string(item) || strlen(json_string_value(item)) != json_string_length(item) ||
                 sl_v_utf8_len(json_string_value(item), json_string_length(item)) > 65536) {
-                sl_v_fail(v, "argv");
+                char at[32];
+                snprintf(at, sizeof(at), "argv[%zu]", i);
+                sl_v_fail(v, at, "must be a string of at most 65536 characters without NUL");
                 break;
             }
             out->argv[i] = json_string_value(item);
@@ -289,7 +298,7 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
     }
     const char *cwd = sl_v_string(v, b, "cwd", false, 0, 4096, false, "/workspace");
     if (cwd && !cwd_valid(cwd)) {
-        sl_v_fail(v, "cwd");
+        sl_v_fail(v, "cwd", "must be /workspace or a path below it, without '..'");
         cwd = NULL;
     }
     size_t env_n = 0, sens_n = 0;
@@ -418,7 +427,7 @@ static const json_t *labels_object(struct sl_validation *v, const json_t *body)
     if (!labels || json_is_null(labels))
         return NULL;
     if (!json_is_object(labels) || json_object_size(labels) > 32) {
-        sl_v_fail(v, "request");
+        sl_v_fail(v, "labels", "must be an object of at most 32 labels");
         return NULL;
     }
     const char *k;
@@ -428,7 +437,8 @@ static const json_t *labels_object(struct sl_validation *v, const json_t *body)
         if (klen < 1 || sl_v_utf8_len(k, klen) > 64 || strlen(k) != klen || !json_is_string(val) ||
             strlen(json_string_value(val)) != json_string_length(val) ||
             sl_v_utf8_len(json_string_value(val), json_string_length(val)) > 256) {
-            sl_v_fail(v, "request");
+            sl_v_fail(v, "labels",
+                      "must map names of 1 to 64 characters to strings of at most 256");
             return NULL;
         }
     }
@@ -456,7 +466,9 @@ static void h_template_publish(struct sl_request *req, struct sl_response *resp)
     sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
     const char *name = sl_v_string(&v, req->body, "name", true, 1, 64, false, NULL);
     if (name && !template_name_shape(name))
-        sl_v_fail(&v, "request");
+        sl_v_fail(&v, "name",
+                  "must start with a lowercase letter or digit and use only a-z, 0-9 and . _ - "
+                  "(at most 64)");
     const char *source = sl_v_string(&v, req->body, "source_path", false, 1, 4096, false, "/envs");
     const char *description =
         sl_v_string(&v, req->body, "description", false, 0, 1024, false, "");
@@ -482,13 +494,17 @@ static void h_template_attach(struct sl_request *req, struct sl_response *resp)
     const char *refs[16];
     size_t n = 0;
     if (!json_is_array(list) || json_array_size(list) < 1 || json_array_size(list) > 16) {
-        sl_v_fail(&v, "request");
+        sl_v_fail(&v, "templates", list ? "must be an array of 1 to 16 template names"
+                                        : "is required");
     } else {
         for (size_t i = 0; i < json_array_size(list); i++) {
             json_t *item = json_array_get(list, i);
             if (!json_is_string(item) || json_string_length(item) > 256 ||
                 strlen(json_string_value(item)) != json_string_length(item)) {
-                sl_v_fail(&v, "request");
+                char at[32];
+                snprintf(at, sizeof(at), "templates[%zu]", i);
+                sl_v_fail(&v, at, "must be a template name or name@digest of at most 256 "
+                                  "characters");
                 break;
             }
             refs[n++] = json_string_value(item);
@@ -527,7 +543,7 @@ static const char *query_bounded(struct sl_request *req, struct sl_validation *v
     size_t len = 0;
     const char *s = query_n(req, name, &len);
     if (s && (len > max || strlen(s) != len || sl_v_utf8_len(s, len) > max)) {
-        sl_v_fail(v, name);
+        sl_v_fail_in(v, SL_V_QUERY, name, "must be at most %zu characters without NUL", max);
         return NULL;
     }
     return s;
@@ -649,7 +665,7 @@ static bool query_path_generation(struct sl_request *req, struct sl_validation *
     size_t len = 0;
     const char *p = query_n(req, "path", &len);
     if (!p)
-        sl_v_fail(v, "path");
+        sl_v_fail_in(v, SL_V_QUERY, "path", "is required");
     else {
         path->s = p;
         path->len = len;

@@ -233,15 +233,22 @@ def assert_invalid(r, field=None):
     """A 422 SANDBOX_INVALID_REQUEST with the redacted errors list; `field`
     (if given) must appear as loc ["body", field]."""
     d = assert_error(r, 422, "SANDBOX_INVALID_REQUEST")
-    assert d["message"] == "request validation failed", r
     errors = d.get("errors")
     assert isinstance(errors, list) and 1 <= len(errors) <= 20, f"detail.errors: {r!r}"
+    # The top-level message is a sentence with the first failure in it.
+    assert d["message"].startswith("request validation failed: ") and \
+        errors[0]["msg"] in d["message"], r
     for e in errors:
-        assert set(e) == {"loc", "type", "msg"}, f"error entry keys: {e!r}"
+        # The reference's keys and loc, then ours: where, and which field.
+        assert {"loc", "type", "msg", "in"} <= set(e) <= {"loc", "type", "msg", "in", "field"}, \
+            f"error entry keys: {e!r}"
         assert isinstance(e["loc"], list) and len(e["loc"]) == 2 and e["loc"][0] == "body", e
         assert e["loc"][1] in LOC_FIELDS, f"loc[1] outside the whitelist: {e!r}"
         assert e["type"] == "invalid_request", e
-        assert e["msg"] == "request field does not satisfy the sandbox contract", e
+        assert e["in"] in ("body", "query"), e
+        where = "query parameter" if e["in"] == "query" else "body field"
+        assert e["msg"].startswith(f"{where} '{e['field']}' ") if "field" in e \
+            else e["msg"].startswith("the request "), e
     if field is not None:
         assert ["body", field] in [e["loc"] for e in errors], \
             f"expected loc ['body', {field!r}] in {errors!r}"

@@ -375,3 +375,36 @@ def test_json_container_bomb_is_refused_before_parsing(daemon, client):
     r = client.post(f"{API}/x-id/exec", data=bomb, timeout=60)
     assert_invalid(r)
     assert client.get("/health", auth=False).status == 200
+
+
+def test_a_422_says_which_field_where_and_why(client, ready_sandbox):
+    """Ours: each entry's msg names the field and the reason, "in" says body
+    or query, "field" spells it as sent; loc stays the reference's."""
+    sb = ready_sandbox
+    r = sb.list("/workspace", limit=100000)
+    d = assert_invalid(r, "request")
+    e = d["errors"][0]
+    assert e["in"] == "query" and e["field"] == "limit", e
+    assert e["msg"] == "query parameter 'limit' must be an integer from 1 to 10000", e
+    assert "100000" not in json.dumps(d), "the input value is never echoed"
+
+    r = sb.exec(["echo", 5])
+    e = assert_invalid(r, "argv")["errors"][0]
+    assert e["field"] == "argv[1]" and e["in"] == "body", e
+    assert "must be a string" in e["msg"], e
+
+    r = client.post(f"{API}/resolve", json={"sandbox_id": "x", "workspace_scope_id": ""})
+    d = assert_invalid(r)
+    msgs = [e["msg"] for e in d["errors"]]
+    assert "body field 'sandbox_id' must be 3 to 128 characters" in msgs, msgs
+    assert "body field 'workspace_scope_id' must be 1 to 191 characters" in msgs, msgs
+    assert d["message"] == f"request validation failed: {msgs[0]} (and 1 more in errors)", d
+
+    r = sb.c.post(sb.path + "/templates", json={"generation": sb.generation, "name": "Bad Name"})
+    e = assert_invalid(r, "request")["errors"][0]
+    assert e["field"] == "name" and "lowercase" in e["msg"], e
+
+    r = client.post(f"{API}/resolve", data=b"{not json", headers={"Content-Type":
+                                                                   "application/json"})
+    e = assert_invalid(r, "request")["errors"][0]
+    assert e["msg"] == "the request body is not valid JSON" and "field" not in e, e

@@ -77,17 +77,44 @@ static void validation_shape(void **state)
     assert_string_equal(json_string_value(json_array_get(json_object_get(e0, "loc"), 1)),
                         "generation");
     assert_string_equal(json_string_value(json_object_get(e0, "type")), "invalid_request");
-    /* Fields outside the whitelist are reported as "request". */
+    /* Ours: the sentence says which field, where and why; never the value. */
+    assert_string_equal(json_string_value(json_object_get(e0, "msg")),
+                        "body field 'generation' must be an integer of at least 1");
+    assert_string_equal(json_string_value(json_object_get(e0, "in")), "body");
+    assert_string_equal(json_string_value(json_object_get(json_array_get(v.errors, 1), "msg")),
+                        "body field 'sandbox_id' may only contain letters, digits and _ . : -");
+    /* Fields outside the whitelist are reported as "request" in loc, by
+     * name in "field". */
     json_t *e2 = json_array_get(v.errors, 2);
     assert_string_equal(json_string_value(json_array_get(json_object_get(e2, "loc"), 1)),
                         "request");
+    assert_string_equal(json_string_value(json_object_get(e2, "field")), "name");
+    assert_string_equal(json_string_value(json_object_get(e2, "msg")),
+                        "body field 'name' is required");
+    char message[320];
+    sl_v_message(&v, message, sizeof(message));
+    assert_string_equal(message, "request validation failed: body field 'generation' must be an "
+                                 "integer of at least 1 (and 2 more in errors)");
+    /* A query parameter says so; loc stays the reference's ["body", ...]. */
+    int64_t limit = 0;
+    assert_false(sl_v_query_int(&v, "999", "limit", false, 1, 200, 50, &limit));
+    json_t *e3 = json_array_get(v.errors, 3);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(e3, "loc"), 0)), "body");
+    assert_string_equal(json_string_value(json_object_get(e3, "in")), "query");
+    assert_string_equal(json_string_value(json_object_get(e3, "msg")),
+                        "query parameter 'limit' must be an integer from 1 to 200");
+    /* An indexed field keeps its whitelisted loc. */
+    sl_v_fail(&v, "argv[3]", "must be a string");
+    json_t *e4 = json_array_get(v.errors, 4);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(e4, "loc"), 1)), "argv");
+    assert_string_equal(json_string_value(json_object_get(e4, "field")), "argv[3]");
     char *text = json_dumps(v.errors, 0);
     assert_null(strstr(text, "SECRET-MARKER"));
     assert_null(strstr(text, "bad id!"));
     free(text);
     /* At most 20 entries. */
     for (int i = 0; i < 40; i++)
-        sl_v_fail(&v, "argv");
+        sl_v_fail(&v, "argv", "is wrong");
     assert_int_equal(json_array_size(v.errors), 20);
     sl_v_free(&v);
     json_decref(body);
