@@ -9,6 +9,10 @@
 
 int sl_api_status_for_code(const char *code);
 /* Compact JSON text (malloc'd). `errors` (may be NULL) is borrowed. */
+/* The message an error answer carries: `message` when the refusal has
+ * its own, else the code's sentence (what happened, what to do), else the
+ * code. */
+const char *sl_api_message_for(const char *code, const char *message);
 char *sl_api_error_body(const char *code, const char *message, const json_t *errors);
 
 #endif

@@ -643,7 +643,7 @@ json_t *sl_mcp_tools_list(void)
 static json_t *error_result(const char *tool, const struct sl_error *err)
 {
     const char *code = err->code ? err->code : SL_E_INTERNAL;
-    const char *message = err->message[0] ? err->message : code;
+    const char *message = sl_api_message_for(code, err->message);
     if (sl_api_status_for_code(code) == 500)
         message = "internal error"; /* never internals */
     char text[512];

@@ -51,14 +51,34 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
     int found = svc->store->ops->route_get(svc->store, sandbox_id, route, err);
     if (found < 0)
         return -1;
-    if (!found || route->generation != generation || status_is(route, "RELEASED") ||
-        status_is(route, "RELEASING")) {
+    /* Each refusal says what the caller can do about it (never the id). */
+    if (!found)
+        return sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                            "this sandbox has no route: resolve it first (POST "
+                            "/api/v1/sandboxes/resolve) and use the generation it answers");
+    if (status_is(route, "RELEASED") || status_is(route, "RELEASING")) {
+        sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                     "the sandbox was released (it is %s at generation %lld): resolve it again "
+                     "to start a new generation",
+                     route->status, (long long)route->generation);
         sl_route_clear(route);
-        return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        return -1;
+    }
+    if (route->generation != generation) {
+        sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                     "the sandbox is at generation %lld (%s), not the one given: resolve it "
+                     "again and use the generation it answers",
+                     (long long)route->generation, route->status);
+        sl_route_clear(route);
+        return -1;
     }
     if (is_dormant(route)) {
+        sl_error_set(err, SL_E_SUSPENDED, 0,
+                     "the sandbox is %s: resume it (POST /api/v1/sandboxes/{id}/resume), then "
+                     "call again with the generation resume answers",
+                     route->status);
         sl_route_clear(route);
-        return sl_error_set(err, SL_E_SUSPENDED, 0, "SANDBOX_SUSPENDED");
+        return -1;
     }
     struct sl_worker_entry owner;
     int live = route->worker_id ? svc->registry->ops->get(svc->registry, route->worker_id,
@@ -70,7 +90,9 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
     }
     if (!live || !route->worker_epoch || strcmp(owner.worker_epoch, route->worker_epoch) != 0) {
         sl_route_clear(route);
-        return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+        return sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                            "the worker that held this sandbox has restarted or is gone: "
+                            "resolve it again and use the generation it answers");
     }
     return 0;
 }
@@ -96,7 +118,9 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
      * worker id and this process's epoch. */
     if (route->worker_id && strcmp(route->worker_id, svc->worker_id) == 0) {
         if (!route->worker_epoch || strcmp(route->worker_epoch, svc->worker_epoch) != 0)
-            return sl_error_set(err, SL_E_STALE_ROUTE, 0, "STALE_SANDBOX_ROUTE");
+            return sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                                "this worker has restarted since the sandbox was placed: "
+                                "resolve it again and use the generation it answers");
         return 0;
     }
     return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
@@ -748,7 +772,9 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
         } else if (status_is(&r, "RUNNING") || (status_is(&r, "READY") && r.active_exec_id)) {
             sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
         } else if (status_is(&r, "ASSIGNED")) {
-            sl_error_set(err, "SANDBOX_NOT_READY", 0, "SANDBOX_NOT_READY");
+            sl_error_set(err, "SANDBOX_NOT_READY", 0,
+                         "the sandbox is ASSIGNED, not READY: create it (POST "
+                         "/api/v1/sandboxes/{id} with its generation) before suspending it");
         } else if (!status_is(&r, "READY") && !status_is(&r, "SUSPENDING")) {
             sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
         } else if (status_is(&r, "READY") &&

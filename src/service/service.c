@@ -766,9 +766,17 @@ int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t gene
     struct sl_live *l = live_find(svc, sandbox_id);
     int rc = 0;
     if (l && l->destroying)
-        rc = sl_error_set(err, SL_E_RELEASING, 0, "SANDBOX_RELEASING");
-    else if (!l || l->generation != generation)
-        rc = sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        rc = sl_error_set(err, SL_E_RELEASING, 0,
+                          "the sandbox is being released: resolve it again when that is done");
+    else if (!l)
+        rc = sl_error_set(err, SL_E_STALE_GENERATION, 0,
+                          "the sandbox is not created on its worker: create it (POST "
+                          "/api/v1/sandboxes/{id} with the generation resolve answered) first");
+    else if (l->generation != generation)
+        rc = sl_error_set(err, SL_E_STALE_GENERATION, 0,
+                          "the sandbox runs at generation %lld on its worker, not the one "
+                          "given: resolve it again and use the generation it answers",
+                          (long long)l->generation);
     else if (uid)
         *uid = l->uid;
     pthread_mutex_unlock(&svc->live_lock);

@@ -408,3 +408,32 @@ def test_a_422_says_which_field_where_and_why(client, ready_sandbox):
                                                                    "application/json"})
     e = assert_invalid(r, "request")["errors"][0]
     assert e["msg"] == "the request body is not valid JSON" and "field" not in e, e
+
+
+def test_refusals_say_what_happened_and_what_to_do(client, new_sandbox, daemon_factory):
+    """Ours: the codes and statuses are the reference's; the message is a
+    sentence with the state the caller needs (never the sandbox id)."""
+    sb = new_sandbox()
+    assert sb.resolve().status == 200
+    # Resolved, not created.
+    d = assert_error(sb.exec(["true"]), 409, "STALE_SANDBOX_GENERATION")
+    assert d["message"].startswith("the sandbox is not created on its worker: create it"), d
+    assert sb.connect().status == 200
+    # Suspended.
+    assert sb.c.post(sb.path + "/suspend", json={"generation": sb.generation}).status == 200
+    d = assert_error(sb.exec(["true"]), 409, "SANDBOX_SUSPENDED")
+    assert "is SUSPENDED: resume it" in d["message"], d
+    assert sb.c.post(sb.path + "/resume").status == 200
+    # Released: the old generation is stale and the message says why.
+    old = sb.generation
+    assert sb.release().status == 200
+    d = assert_error(sb.exec(["true"], generation=old), 409, "STALE_SANDBOX_ROUTE")
+    assert d["message"] == ("the sandbox was released (it is RELEASED at generation "
+                            f"{old + 1}): resolve it again to start a new generation"), d
+    assert sb.id not in d["message"]
+    # A code without a message of its own still answers a sentence.
+    live = new_sandbox()
+    assert live.resolve().status == 200 and live.connect().status == 200
+    r = client.get(f"{API}/{live.id}/exec/no-such-exec", params={"generation": live.generation})
+    d = assert_error(r, 404, "EXEC_NOT_FOUND")
+    assert d["message"] != "EXEC_NOT_FOUND" and " " in d["message"], d

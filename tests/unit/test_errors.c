@@ -51,12 +51,21 @@ static void error_body_shape(void **state)
     json_t *detail = json_object_get(j, "detail");
     assert_true(json_is_object(detail));
     assert_string_equal(json_string_value(json_object_get(detail, "code")), "STALE_SANDBOX_ROUTE");
+    /* A message that only repeats the code becomes the code's sentence. */
     assert_string_equal(json_string_value(json_object_get(detail, "message")),
-                        "STALE_SANDBOX_ROUTE");
+                        "the sandbox's route is stale (released, reassigned, or its worker "
+                        "restarted): resolve it again and use the generation it answers");
     assert_null(json_object_get(detail, "errors"));
     assert_int_equal(json_object_size(j), 1);
     json_decref(j);
     free(body);
+    /* A message of its own is kept; a code without a sentence stays itself. */
+    assert_string_equal(sl_api_message_for("STALE_SANDBOX_ROUTE", "the sandbox is at generation 4"),
+                        "the sandbox is at generation 4");
+    assert_string_equal(sl_api_message_for("SOME_PLUGIN_CODE", ""), "SOME_PLUGIN_CODE");
+    assert_string_equal(sl_api_message_for(SL_E_NO_WORKER, NULL),
+                        "no worker can take the sandbox now (capacity, disk pressure, or no "
+                        "worker with its profile): retry later");
 }
 
 static void validation_shape(void **state)
