@@ -16,6 +16,7 @@ struct code_status {
  * Anything not listed is 503, as in the reference. */
 static const struct code_status TABLE[] = {
     {SL_E_INVALID_ARGUMENT, 400, "a value in the request is not acceptable"},
+    {SL_E_ID_RESERVED, 400, "this sandbox id is the name of an API route: choose another id"},
     {"SANDBOX_TEMPLATE_SOURCE_NOT_A_DIRECTORY", 400,
      "the template's source_path is not a directory inside the sandbox: make it (for example "
      "under /envs) before publishing"},

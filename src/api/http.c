@@ -76,6 +76,7 @@ struct conn_state {
     enum conn_phase phase;
     struct sl_response resp; /* when READY */
     int64_t due_us;          /* a delayed 401: when to answer */
+    json_t *warnings;        /* body fields the route does not know; NULL = none */
     struct conn_state *penalty_next;
 };
 
@@ -99,6 +100,10 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct sl_response *re
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     if (resp->allow[0])
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    /* RFC 9110 §11.6.1: a 401 names the scheme it wants (MCP clients read
+     * it to find how to authenticate). */
+    if (resp->status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     enum MHD_Result rc = MHD_queue_response(conn, (unsigned)resp->status, r);
     MHD_destroy_response(r);
     return rc;
@@ -163,6 +168,7 @@ static bool content_length_too_large(struct MHD_Connection *conn, size_t max)
 
 static void conn_state_free(struct conn_state *st)
 {
+    json_decref(st->warnings);
     sl_buf_free(&st->body);
     free(st->resp.body);
     free(st->pathbuf);
@@ -170,8 +176,33 @@ static void conn_state_free(struct conn_state *st)
 }
 
 /* Hand the finished answer to MHD's thread (it sends it after resume). */
+/* A successful JSON answer carries the request's warnings (ours,
+ * additive): the reference ignores unknown fields silently. */
+static void add_warnings(struct conn_state *st, struct sl_response *resp)
+{
+    if (!st->warnings || resp->status < 200 || resp->status > 299 || !resp->body ||
+        !resp->content_type || strcmp(resp->content_type, "application/json") != 0)
+        return;
+    json_t *doc = json_loadb(resp->body, resp->len, 0, NULL);
+    json_t *own = json_object_get(doc, "warnings"); /* the handler's, e.g. a replay's */
+    if (json_is_object(doc) && (!own || json_is_array(own))) {
+        if (own)
+            json_array_extend(own, st->warnings);
+        else
+            json_object_set(doc, "warnings", st->warnings);
+        char *text = json_dumps(doc, JSON_COMPACT);
+        if (text) {
+            free(resp->body);
+            resp->body = text;
+            resp->len = strlen(text);
+        }
+    }
+    json_decref(doc);
+}
+
 static void answer(struct conn_state *st, struct sl_response *resp)
 {
+    add_warnings(st, resp);
     st->resp = *resp;
     resp->body = NULL;
     st->phase = PH_READY;
@@ -224,6 +255,52 @@ void sl_deferred_respond(struct sl_deferred *d, struct sl_response *resp)
     answer(st, resp);
 }
 
+/* A known field the unknown one was probably meant to be: one that starts
+ * with it or that it starts with ("timeout" for "timeout_seconds"). */
+static const char *likely_field(const json_t *known, const char *name)
+{
+    const char *k;
+    const json_t *unused;
+    size_t n = strlen(name);
+    json_object_foreach((json_t *)known, k, unused)
+    {
+        size_t kn = strlen(k);
+        if (n >= 3 && kn >= 3 && strncmp(k, name, n < kn ? n : kn) == 0)
+            return k;
+    }
+    return NULL;
+}
+
+/* Body fields the route's request schema does not define are ignored, as
+ * the reference does, and named in the answer's warnings (never their
+ * values), so "timeout": 5 does not silently run with the default. */
+static void note_unknown_fields(struct conn_state *st, const json_t *body)
+{
+    const json_t *known =
+        st->route->request_schema ? sl_openapi_request_fields(st->route->request_schema) : NULL;
+    if (!known || !body)
+        return;
+    const char *name;
+    const json_t *unused;
+    json_object_foreach((json_t *)body, name, unused)
+    {
+        if (json_object_get(known, name))
+            continue;
+        if (!st->warnings && !(st->warnings = json_array()))
+            return;
+        if (json_array_size(st->warnings) >= 20)
+            return;
+        char text[256];
+        const char *like = likely_field(known, name);
+        if (like)
+            snprintf(text, sizeof(text), "unknown field '%.64s' was ignored (did you mean '%s'?)",
+                     name, like);
+        else
+            snprintf(text, sizeof(text), "unknown field '%.64s' was ignored", name);
+        json_array_append_new(st->warnings, json_string(text));
+    }
+}
+
 static void run_handler(void *arg)
 {
     struct conn_state *st = arg;
@@ -248,6 +325,7 @@ static void run_handler(void *arg)
             return;
         }
     }
+    note_unknown_fields(st, body);
     struct sl_request req = {
         .svc = st->http->svc,
         .conn = st->conn,

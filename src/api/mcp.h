@@ -20,7 +20,12 @@
 #define SL_MCP_PATH "/api/v1/sandboxes/mcp/streamable-http"
 /* The 401 body of the MCP endpoint (MCP.md §1.1): key "error", unlike the
  * REST 401; sent by api/http.c, which checks the token before the body. */
-#define SL_MCP_UNAUTHORIZED_BODY "{\"error\":\"internal service authentication failed\"}"
+/* The reference's body (key "error", MCP.md §1.1) with the one error
+ * shape of every other route beside it (ours, additive). */
+#define SL_MCP_UNAUTHORIZED_BODY                                                                \
+    "{\"error\":\"internal service authentication failed\",\"detail\":{\"code\":"        \
+    "\"SANDBOX_UNAUTHORIZED\",\"message\":\"internal service authentication failed: send "   \
+    "'Authorization: Bearer <token>' (SANDBOX_INTERNAL_TOKEN)\"}}"
 
 #define SL_MCP_SERVER_NAME "agent-sandbox"
 #define SL_MCP_SERVER_VERSION "0.2.0"

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/router.h"
 #include "api/exec_request.h"
 #include "api/mcp.h"
 #include "api/validate.h"
@@ -169,6 +170,10 @@ static const struct field OUT_EXEC[] = {
      * nothing more happens. */
     {"session_idle_stop_at", F_STR_NULL, false, NULL, NULL},
     {"idle_release_at", F_STR_NULL, false, NULL, NULL},
+    /* Ours, additive: the answer is an earlier command's (exec_id reused),
+     * and what the caller should know about it. */
+    {"replayed", F_BOOL, false, NULL, NULL},
+    {"warnings", F_STR_LIST, false, NULL, NULL},
     {0},
 };
 static const struct field OUT_CANCEL[] = {{"cancelled", F_BOOL, true, NULL, NULL}, {0}};
@@ -351,6 +356,8 @@ static json_t *t_resolve(struct sl_service *svc, const json_t *args, struct sl_e
     json_t *out = NULL;
     if (!sl_v_ok(&v)) {
         fail_invalid(err, &v);
+    } else if (sl_router_id_is_route(id)) {
+        sl_router_refuse_reserved_id(id, err);
     } else {
         _cleanup_json_ json_t *resolved = sl_svc_resolve(svc, id, scope, profile, err);
         /* The answer is the route as stored after resolve (it may have

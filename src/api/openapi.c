@@ -1,5 +1,6 @@
 /* /openapi.json, generated from the route table (api/routes.c) so that it
  * lists exactly the routes that exist; schemas are written out here. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -143,6 +144,17 @@ static const char SCHEMAS[] =
     "\"source\":{\"type\":\"string\"},\"destination\":{\"type\":\"string\"}}},"
     "\"Healthz\":{\"type\":\"object\",\"additionalProperties\":true}"
     "}";
+
+/* The schemas, parsed once for the life of the process. */
+static json_t *parsed_schemas;
+static pthread_once_t schemas_once = PTHREAD_ONCE_INIT;
+static void parse_schemas(void) { parsed_schemas = json_loads(SCHEMAS, 0, NULL); }
+
+const json_t *sl_openapi_request_fields(const char *schema)
+{
+    pthread_once(&schemas_once, parse_schemas);
+    return json_object_get(json_object_get(parsed_schemas, schema), "properties");
+}
 
 static json_t *ref(const char *schema)
 {

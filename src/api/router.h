@@ -6,6 +6,8 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+
+#include "common/error.h"
 #include <stddef.h>
 
 #define SL_ROUTE_MAX_PARAMS 4
@@ -77,6 +79,13 @@ struct sl_route_def {
 extern const struct sl_route_def sl_routes[];
 extern const size_t sl_routes_len;
 
+/* Whether a sandbox id is a literal segment of a route under
+ * /api/v1/sandboxes/ ("resolve", "mcp", "diagnostics"): such a sandbox
+ * could be resolved but never reached, so resolve refuses it. */
+bool sl_router_id_is_route(const char *sandbox_id);
+/* The refusal of such an id: 400 SANDBOX_ID_RESERVED (ours). */
+int sl_router_refuse_reserved_id(const char *sandbox_id, struct sl_error *err);
+
 enum sl_match { SL_MATCH_OK, SL_MATCH_METHOD, SL_MATCH_NONE };
 
 /* Match method+path. `pathbuf` is a mutable copy of the path; params point
@@ -90,5 +99,8 @@ enum sl_match sl_router_match(const char *method, char *pathbuf, const struct sl
 bool sl_router_path_protected(const char *path);
 
 json_t *sl_openapi_document(void);
+/* The fields a request schema defines (its "properties", borrowed, for
+ * the life of the process), or NULL for an unknown schema. */
+const json_t *sl_openapi_request_fields(const char *schema);
 
 #endif

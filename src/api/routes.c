@@ -118,6 +118,29 @@ static void h_admin(struct sl_request *req, struct sl_response *resp)
 
 /* ---- lifecycle --------------------------------------------------------------- */
 
+#define SANDBOXES_PREFIX "/api/v1/sandboxes/"
+
+bool sl_router_id_is_route(const char *sandbox_id)
+{
+    size_t n = strlen(sandbox_id);
+    for (size_t i = 0; i < sl_routes_len; i++) {
+        const char *p = sl_routes[i].pattern;
+        if (strncmp(p, SANDBOXES_PREFIX, strlen(SANDBOXES_PREFIX)) != 0)
+            continue;
+        p += strlen(SANDBOXES_PREFIX);
+        if (*p != '{' && strncmp(p, sandbox_id, n) == 0 && (p[n] == '/' || p[n] == '\0'))
+            return true;
+    }
+    return false;
+}
+
+int sl_router_refuse_reserved_id(const char *sandbox_id, struct sl_error *err)
+{
+    return sl_error_set(err, SL_E_ID_RESERVED, 0,
+                        "sandbox id '%s' is the name of an API route under %s: choose another id",
+                        sandbox_id, SANDBOXES_PREFIX);
+}
+
 static void h_resolve(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
@@ -130,7 +153,9 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_resolve(req->svc, id, scope, profile, &err);
+        json_t *doc = sl_router_id_is_route(id)
+                          ? (sl_router_refuse_reserved_id(id, &err), NULL)
+                          : sl_svc_resolve(req->svc, id, scope, profile, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);

@@ -18,6 +18,7 @@
 
 /* Codes used across modules. Names are the API's own. */
 #define SL_E_INVALID_ARGUMENT "SANDBOX_INVALID_ARGUMENT"   /* 400, message is the reference's sentence */
+#define SL_E_ID_RESERVED "SANDBOX_ID_RESERVED"             /* 400, ours: an id that is a route name */
 #define SL_E_INVALID_REQUEST "SANDBOX_INVALID_REQUEST"     /* 422 */
 #define SL_E_UNAUTHORIZED "SANDBOX_UNAUTHORIZED"           /* 401 */
 #define SL_E_NOT_FOUND "NOT_FOUND"                         /* 404 unknown path */

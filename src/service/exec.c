@@ -516,9 +516,17 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
         return -1;
     }
     if (admitted == SL_ADMIT_REPLAY) {
-        /* §4.3: the stored record, at once, whatever this request says. */
+        /* §4.3: the stored record, at once, whatever this request says.
+         * Ours, additive: it says it is a replay, and when this request
+         * differs from the stored one, that the answer is the earlier
+         * command's (an agent reusing an id can tell). */
         *out = exec_view(&existing, false, 0);
         add_idle_times(svc, *out);
+        json_object_set_new(*out, "replayed", json_true());
+        if (!existing.command_json || strcmp(existing.command_json, x->command_json) != 0)
+            json_object_set_new(*out, "warnings",
+                                json_pack("[s]", "this exec_id was used before with a different "
+                                                 "request: the answer is the earlier command's"));
         sl_exec_record_clear(&existing);
         svc_exec_put(x);
         return 0;

@@ -437,3 +437,50 @@ def test_refusals_say_what_happened_and_what_to_do(client, new_sandbox, daemon_f
     r = client.get(f"{API}/{live.id}/exec/no-such-exec", params={"generation": live.generation})
     d = assert_error(r, 404, "EXEC_NOT_FOUND")
     assert d["message"] != "EXEC_NOT_FOUND" and " " in d["message"], d
+
+
+def test_unknown_fields_are_ignored_and_named_in_warnings(ready_sandbox):
+    """The reference ignores fields a route does not know: so do we (the
+    request succeeds), and the answer names them (never their values)."""
+    sb = ready_sandbox
+    r = sb.c.post(sb.path + "/exec", json={"exec_id": "unknown-fields-1", "generation":
+                                           sb.generation, "argv": ["echo", "hi"], "timeout": 5,
+                                           "colour": "blue"})
+    assert r.status == 200 and r.body["stdout"] == "hi\n", r
+    assert sorted(r.body["warnings"]) == [
+        "unknown field 'colour' was ignored",
+        "unknown field 'timeout' was ignored (did you mean 'timeout_seconds'?)"], r.body
+    assert "blue" not in r.raw.decode()
+    # Known fields only: no warnings key at all.
+    r = sb.exec(["true"], timeout_seconds=5)
+    assert r.status == 200 and "warnings" not in r.body, r.body
+    # A replay says so; the same request again carries no warning.
+    r = sb.exec(["echo", "a"], exec_id="replay-me-1")
+    assert r.status == 200 and "replayed" not in r.body, r.body
+    r = sb.exec(["echo", "a"], exec_id="replay-me-1")
+    assert r.body["replayed"] is True and "warnings" not in r.body, r.body
+    r = sb.exec(["echo", "b"], exec_id="replay-me-1", extra=1)
+    assert r.body["replayed"] is True and r.body["stdout"] == "a\n", r.body
+    assert r.body["warnings"] == [
+        "this exec_id was used before with a different request: the answer is the earlier "
+        "command's", "unknown field 'extra' was ignored"], r.body
+    # Other routes too.
+    r = sb.write("/workspace/w.txt", "x")
+    assert r.status == 200 and "warnings" not in r.body
+    r = sb.c.put(sb.path + "/files", json={"generation": sb.generation, "path": "/workspace/w.txt",
+                                           "content_base64": "eA==", "mode": "0644"})
+    assert r.status == 200 and r.body["warnings"] == ["unknown field 'mode' was ignored"], r.body
+
+
+def test_ids_that_are_route_names_are_refused_at_resolve(client):
+    """/api/v1/sandboxes/resolve, /mcp/..., /diagnostics/...: a sandbox with
+    such an id could be resolved but never reached (its routes are taken)."""
+    for sid in ("resolve", "mcp", "diagnostics"):
+        r = client.post(f"{API}/resolve", json={"sandbox_id": sid, "workspace_scope_id": "s"})
+        d = assert_error(r, 400, "SANDBOX_ID_RESERVED")
+        assert d["message"] == (f"sandbox id '{sid}' is the name of an API route under "
+                                "/api/v1/sandboxes/: choose another id"), d
+        assert client.get(f"{API}/{sid}").status in (404, 405), "nothing was stored"
+    # Ids that only start like one are fine.
+    r = client.post(f"{API}/resolve", json={"sandbox_id": "resolved-1", "workspace_scope_id": "s"})
+    assert r.status == 200, r

@@ -53,7 +53,6 @@ REQUIRED_ARGS = {
 }
 ROUTE_INFO = {"sandbox_id", "generation", "status", "storage_mode", "profile_id",
               "profile_hash", "worker_id"}
-UNAUTHORIZED = b'{"error":"internal service authentication failed"}'
 
 
 def uid(prefix):
@@ -314,6 +313,14 @@ def test_tool_errors_are_results_inside_http_200(c):
         assert "Error executing tool sandbox_exec" in text, text
         text = tool_error(c, "sandbox_create", sandbox_id=sid, generation=gen + 1)
         assert "STALE_SANDBOX_ROUTE" in text, text
+        # The message says what happened (ours): the current generation.
+        assert f"the sandbox is at generation {gen}" in text, text
+        # Route names are not sandbox ids, here as in REST.
+        text = tool_error(c, "sandbox_resolve", sandbox_id="resolve", workspace_scope_id=scope)
+        assert "SANDBOX_ID_RESERVED" in text, text
+        # Invalid arguments say which and why.
+        text = tool_error(c, "sandbox_resolve", sandbox_id="x", workspace_scope_id=scope)
+        assert "argument 'sandbox_id' must be 3 to 128 characters" in text, text
         # Validation of the request the tool builds (same rules as REST).
         text = tool_error(c, "sandbox_exec", sandbox_id=sid, generation=gen, exec_id=uid("x"),
                           argv=["true"], cwd="/etc")
@@ -465,12 +472,17 @@ def test_401_without_or_with_a_wrong_token(c):
         r = c.request("POST", MCP, data=json.dumps(modern_request("tools/list")),
                       headers={"Accept": ACCEPT}, **kw)
         assert r.status == 401, r
-        assert r.raw == UNAUTHORIZED, r
+        # The reference's "error" key, and beside it the one error shape.
+        assert r.body["error"] == "internal service authentication failed", r
+        assert r.body["detail"]["code"] == "SANDBOX_UNAUTHORIZED", r
+        assert "Authorization: Bearer" in r.body["detail"]["message"], r
         assert r.headers.get("Content-Type") == "application/json", r
-        assert r.headers.get("Content-Length") == str(len(UNAUTHORIZED)), r
-    # Other routes keep the REST shape.
+        assert r.headers.get("WWW-Authenticate") == "Bearer", r
+        assert r.headers.get("Content-Length") == str(len(r.raw)), r
+    # Other routes: the REST shape, the same challenge.
     r = c.get("/api/v1/sandboxes/x", auth=False)
     assert r.status == 401 and r.body["detail"]["code"] == "SANDBOX_UNAUTHORIZED", r
+    assert r.headers.get("WWW-Authenticate") == "Bearer", r
 
 
 def test_wrong_host_is_refused(c, daemon):
