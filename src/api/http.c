@@ -77,6 +77,13 @@ struct conn_state {
     struct sl_response resp; /* when READY */
     int64_t due_us;          /* a delayed 401: when to answer */
     json_t *warnings;        /* body fields the route does not know; NULL = none */
+    /* The access log line (log_access), filled as the request goes. */
+    int64_t start_us;
+    int status;
+    char exec_id[129];
+    char code[64];
+    char message[256];
+    char log_detail[256];
     struct conn_state *penalty_next;
 };
 
@@ -85,8 +92,30 @@ struct sl_deferred {
     struct conn_state st;
 };
 
-static enum MHD_Result queue(struct MHD_Connection *conn, struct sl_response *resp)
+/* What the access line says of an answer: its status and, for an
+ * error, the code and the message the client got (from the one body). */
+static void note_answer(struct conn_state *st, const struct sl_response *resp)
 {
+    if (!st)
+        return;
+    st->status = resp->status;
+    if (resp->log_detail[0])
+        snprintf(st->log_detail, sizeof(st->log_detail), "%s", resp->log_detail);
+    if (resp->status < 400 || !resp->body)
+        return;
+    json_t *doc = json_loadb(resp->body, resp->len, 0, NULL);
+    json_t *detail = json_object_get(doc, "detail");
+    const char *code = json_string_value(json_object_get(detail, "code"));
+    const char *message = json_string_value(json_object_get(detail, "message"));
+    snprintf(st->code, sizeof(st->code), "%s", code ? code : "");
+    snprintf(st->message, sizeof(st->message), "%s", message ? message : "");
+    json_decref(doc);
+}
+
+static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
+                             struct sl_response *resp)
+{
+    note_answer(st, resp);
     struct MHD_Response *r = MHD_create_response_from_buffer(
         resp->len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE
                                                                     : MHD_RESPMEM_PERSISTENT);
@@ -109,8 +138,8 @@ static enum MHD_Result queue(struct MHD_Connection *conn, struct sl_response *re
     return rc;
 }
 
-static enum MHD_Result queue_error(struct MHD_Connection *conn, const char *code,
-                                   const char *message, const char *allow)
+static enum MHD_Result queue_error(struct conn_state *st, struct MHD_Connection *conn,
+                                   const char *code, const char *message, const char *allow)
 {
     struct sl_response resp = {
         .status = sl_api_status_for_code(code),
@@ -120,10 +149,11 @@ static enum MHD_Result queue_error(struct MHD_Connection *conn, const char *code
     resp.len = resp.body ? strlen(resp.body) : 0;
     if (allow)
         snprintf(resp.allow, sizeof(resp.allow), "%s", allow);
-    return queue(conn, &resp);
+    return queue(st, conn, &resp);
 }
 
-static enum MHD_Result queue_mcp_unauthorized(struct MHD_Connection *conn)
+static enum MHD_Result queue_mcp_unauthorized(struct conn_state *st,
+                                              struct MHD_Connection *conn)
 {
     struct sl_response resp = {
         .status = 401,
@@ -131,7 +161,7 @@ static enum MHD_Result queue_mcp_unauthorized(struct MHD_Connection *conn)
         .body = strdup(SL_MCP_UNAUTHORIZED_BODY),
     };
     resp.len = resp.body ? strlen(resp.body) : 0;
-    return queue(conn, &resp);
+    return queue(st, conn, &resp);
 }
 
 static bool authorized(struct sl_http *http, struct MHD_Connection *conn)
@@ -326,6 +356,9 @@ static void run_handler(void *arg)
         }
     }
     note_unknown_fields(st, body);
+    const char *exec_id = json_string_value(json_object_get(body, "exec_id"));
+    if (exec_id)
+        snprintf(st->exec_id, sizeof(st->exec_id), "%s", exec_id);
     struct sl_request req = {
         .svc = st->http->svc,
         .conn = st->conn,
@@ -409,8 +442,8 @@ static enum MHD_Result refuse_unauthorized(struct conn_state *st, struct MHD_Con
     bool mcp = strcmp(url, SL_MCP_PATH) == 0;
     if (v.delay_ms <= 0) {
         if (mcp)
-            return queue_mcp_unauthorized(conn);
-        return queue_error(conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
+            return queue_mcp_unauthorized(st, conn);
+        return queue_error(st, conn, SL_E_UNAUTHORIZED, "internal service authentication failed",
                            NULL);
     }
     struct penalty_queue *q = &http->penalty;
@@ -464,6 +497,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = st;
         st->http = http;
+        st->start_us = sl_mono_us();
+        snprintf(st->method, sizeof(st->method), "%s", method);
         st->pathbuf = strdup(url);
         if (!st->pathbuf)
             return MHD_NO;
@@ -472,7 +507,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
          * parties may read two different requests here. */
         if (ambiguous_length(conn)) {
             st->phase = PH_DONE;
-            return queue_error(conn, SL_E_INVALID_ARGUMENT,
+            return queue_error(st, conn, SL_E_INVALID_ARGUMENT,
                                "ambiguous request length: repeated Content-Length, or "
                                "Content-Length with Transfer-Encoding",
                                NULL);
@@ -487,17 +522,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return refuse_unauthorized(st, conn, url);
         if (m == SL_MATCH_NONE) {
             st->phase = PH_DONE;
-            return queue_error(conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
+            return queue_error(st, conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
         }
         if (m == SL_MATCH_METHOD) {
             st->phase = PH_DONE;
-            return queue_error(conn, SL_E_METHOD_NOT_ALLOWED,
+            return queue_error(st, conn, SL_E_METHOD_NOT_ALLOWED,
                                "this path does not accept this method", allow);
         }
         sl_buf_init(&st->body, route_max_body(st->route));
         if (content_length_too_large(conn, route_max_body(st->route))) {
             st->phase = PH_DONE;
-            return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+            return queue_error(st, conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
         }
         return MHD_YES;
     }
@@ -523,20 +558,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (st->phase != PH_READY)
             return MHD_YES;
         st->phase = PH_DONE;
-        return queue(conn, &st->resp);
+        return queue(st, conn, &st->resp);
     }
 
     /* The whole body is here. */
     if (st->too_large) {
         st->phase = PH_DONE;
-        return queue_error(conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+        return queue_error(st, conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
     }
     /* The handler may block (a transaction, a sandbox build, a file write):
      * it runs on the handler pool while this connection is suspended, so
      * MHD's threads only ever move bytes. */
     st->phase = PH_DISPATCHED;
     st->conn = conn;
-    snprintf(st->method, sizeof(st->method), "%s", method);
     MHD_suspend_connection(conn);
     if (sl_pool_submit(http->handlers, run_handler, st) < 0) {
         /* Queue full: answer at once rather than queue without bound. */
@@ -545,11 +579,56 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
 }
 
+/* The id a route pattern's parameter `name` took in this request, or NULL. */
+static const char *path_param(const struct conn_state *st, const char *name)
+{
+    if (!st->route)
+        return NULL;
+    size_t i = 0;
+    for (const char *p = st->route->pattern; (p = strchr(p, '{')) && i < st->nparams; i++) {
+        const char *end = strchr(p, '}');
+        if (!end)
+            break;
+        if ((size_t)(end - p - 1) == strlen(name) && strncmp(p + 1, name, strlen(name)) == 0)
+            return st->params[i];
+        p = end;
+    }
+    return NULL;
+}
+
+/* One line per request (SANDBOX_LOG_LEVEL info; GET /health at debug):
+ * method, route pattern (never the raw path, which may hold a query),
+ * status, duration, the sandbox and exec ids, and for an error its code,
+ * message and operator detail. Never a token, a header or a body. */
+static void log_access(const struct conn_state *st, enum MHD_RequestTerminationCode toe)
+{
+    bool health = st->route && strcmp(st->route->pattern, "/health") == 0;
+    enum sl_log_level level = st->status >= 500 ? SL_LOG_WARN
+                              : health          ? SL_LOG_DEBUG
+                                                : SL_LOG_INFO;
+    if (!sl_log_enabled(level))
+        return;
+    const char *exec_id = st->exec_id[0] ? st->exec_id : path_param(st, "exec_id");
+    struct sl_log_field f[] = {
+        SL_LF_STR("method", st->method),
+        SL_LF_STR("route", st->route ? st->route->pattern : "(no route)"),
+        st->status ? SL_LF_NUM("status", st->status) : SL_LF_STR("status", "none"),
+        SL_LF_NUM("duration_ms", (sl_mono_us() - st->start_us) / 1000),
+        SL_LF_STR("sandbox_id", path_param(st, "sandbox_id")),
+        SL_LF_STR("exec_id", exec_id),
+        SL_LF_STR("code", st->code[0] ? st->code : NULL),
+        SL_LF_STR("message", st->message[0] ? st->message : NULL),
+        SL_LF_STR("detail", st->log_detail[0] ? st->log_detail : NULL),
+        SL_LF_STR("ended", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? NULL
+                                                                      : "client went away"),
+    };
+    sl_log_event(level, "access", f, sizeof(f) / sizeof(f[0]));
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     struct sl_http *http = cls;
-    (void)toe;
     const union MHD_ConnectionInfo *sc =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     if (sc && sc->socket_context)
@@ -557,6 +636,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct conn_state *st = *con_cls;
     if (!st)
         return;
+    log_access(st, toe);
     /* MHD does not complete a suspended connection, so no job still holds
      * the state here. */
     conn_state_free(st);

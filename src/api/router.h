@@ -35,6 +35,9 @@ struct sl_response {
     char *body;               /* malloc'd */
     size_t len;
     char allow[64];           /* "Allow" header for 405, "" otherwise */
+    /* For the access log only, never sent: the operator detail of an
+     * error answer (sl_error.detail, or a 500's real message). */
+    char log_detail[256];
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);

@@ -35,8 +35,11 @@ static void respond_error(struct sl_response *resp, const struct sl_error *err)
 {
     resp->status = sl_api_status_for_code(err->code);
     resp->content_type = "application/json";
-    /* A 500 never carries internal detail to the client. */
+    /* A 500 never carries internal detail to the client; the access log
+     * line gets it (and any error's operator detail). */
     const char *message = resp->status == 500 ? "internal error" : err->message;
+    snprintf(resp->log_detail, sizeof(resp->log_detail), "%.255s",
+             err->detail[0] ? err->detail : resp->status == 500 ? err->message : "");
     resp->body = sl_api_error_body(err->code, message, NULL);
     resp->len = resp->body ? strlen(resp->body) : 0;
 }

@@ -52,9 +52,10 @@ static void refuse(const char *log_path, const char *kind, const struct sl_error
     char line[256];
     snprintf(line, sizeof(line), "agent-sandbox,status=failed,phase=startup,exc=%s", kind);
     startup_log(log_path, line);
-    fprintf(stderr, "agent-sandbox startup crashed: %s\n", kind);
-    if (err)
-        fprintf(stderr, "sandloomd: %s\n", err->message[0] ? err->message : sl_error_text(err));
+    /* The startup log keeps the reference's marker (its tools read it);
+     * the operator reads this. */
+    sl_errorlog("sandloomd: startup refused (%s): %s", kind,
+                err ? (err->message[0] ? err->message : sl_error_text(err)) : "no detail");
 }
 
 /* Async-signal-safe: a fixed line, then the default action (SA_RESETHAND:
@@ -116,6 +117,12 @@ int main(void)
         goto out;
     }
     log_path = cfg.startup_log_path;
+    {
+        enum sl_log_level level = SL_LOG_INFO;
+        (void)sl_log_parse_level(cfg.log_level, &level); /* validated by the config */
+        sl_log_set_level(level);
+        sl_log_set_format(strcmp(cfg.log_format, "json") == 0 ? SL_LOG_JSON : SL_LOG_TEXT);
+    }
     if (geteuid() != 0) {
         sl_error_set(&err, SL_E_CONFIG, 0,
                      "sandloomd must run as root: it creates user namespaces and chowns "
@@ -279,15 +286,13 @@ int main(void)
         sl_warn("SANDBOX_INTERNAL_TOKEN is shorter than %d characters: it can be guessed through "
                 "the API (refused outside the local environment)",
                 SL_CONFIG_TOKEN_MIN_CHARS);
+    /* Through the log, so a JSON log stays JSON line by line. */
     if (token_saved)
-        fprintf(stderr,
-                "sandloomd: no SANDBOX_INTERNAL_TOKEN set; generated an API token and saved it in "
-                "%s (mode 0600) for later starts: %s\n"
-                "sandloomd: send it as 'Authorization: Bearer <token>'\n",
+        sl_info("no SANDBOX_INTERNAL_TOKEN set; generated an API token and saved it in %s "
+                "(mode 0600) for later starts: %s (send it as 'Authorization: Bearer <token>')",
                 cfg.internal_token_file, cfg.internal_token);
     else if (cfg.token_generated)
-        fprintf(stderr,
-                "sandloomd: no SANDBOX_INTERNAL_TOKEN set; the API token is the one saved in %s\n",
+        sl_info("no SANDBOX_INTERNAL_TOKEN set; the API token is the one saved in %s",
                 cfg.internal_token_file);
 
     int sig = 0;

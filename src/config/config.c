@@ -99,6 +99,8 @@ static const char *const metadata_backends[] = {"auto", "sqlalchemy", NULL};
 static const char *const registry_backends[] = {"memory", "redis", NULL};
 static const char *const object_backends[] = {"s3", "disabled", NULL};
 static const char *const credential_brokers[] = {"disabled", NULL};
+static const char *const log_levels[] = {"debug", "info", "warn", "warning", "error", NULL};
+static const char *const log_formats[] = {"text", "json", NULL};
 
 /* One table row per variable; kept out of clang-format so each reads on one
  * line. */
@@ -287,6 +289,9 @@ static const struct config_var config_vars[] = {
     /* 2.8 plugins and telemetry */
     V_BACKEND("SANDBOX_CREDENTIAL_BROKER", credential_broker, "disabled", credential_brokers),
     V_OPT("SANDBOX_TELEMETRY_SINK", telemetry_sink),
+    /* Ours: the daemon's own log (common/log.h). */
+    V_CHOICE("SANDBOX_LOG_LEVEL", log_level, "info", log_levels),
+    V_CHOICE("SANDBOX_LOG_FORMAT", log_format, "text", log_formats),
 
     /* 3. read outside the settings model */
     V_CHOICE("SANDBOX_ENVIRONMENT", environment, "local", environments),

@@ -39,6 +39,7 @@ struct sl_config {
     char *internal_token;   /* after load: never empty (generated outside prod) */
     bool token_generated;   /* internal_token was generated at load */
     char *internal_token_file; /* resolved: unset => <parent of workspace root>/internal-token */
+    char *log_level, *log_format; /* SANDBOX_LOG_LEVEL, SANDBOX_LOG_FORMAT (ours) */
     bool token_short;       /* given, shorter than SL_CONFIG_TOKEN_MIN_CHARS (local only) */
     char *startup_log_path;
     char *profile_id;

@@ -148,6 +148,8 @@ const struct sl_config_doc sl_config_docs[] = {
 
     SECTION("Plugins, environment and telemetry"),
     REF("SANDBOX_CREDENTIAL_BROKER", "`disabled`: every `sensitive_env` key is refused (400). Any other name is a plugin, which this build refuses."),
+    OURS("SANDBOX_LOG_LEVEL", "Least severe log lines written to stderr: `debug` adds the access lines of `GET /health`; `info` has one access line per request and one line per command start and end; `warn` and `error` keep only problems."),
+    OURS("SANDBOX_LOG_FORMAT", "`text`: `<time> <level> <event> key=value …` lines. `json`: one JSON object per line (`ts`, `level`, then `event` and its fields, or `msg`)."),
     REF("SANDBOX_TELEMETRY_SINK", "Name of a log sink plugin, shown in `/healthz` `logging.sink_name`."),
     REF("SANDBOX_ENVIRONMENT", "`local`, `staging` or `prod`: `prod` requires a token, and outside `local` the token must be long and the advertise host real."),
     REF("SANDBOX_ZONE", "Appended to `env_type` in `/healthz` (`<environment>-<zone>-<region>`)."),

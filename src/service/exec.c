@@ -220,6 +220,18 @@ static void complete(struct svc_exec *x, int64_t duration_ms)
     struct sl_service *svc = x->svc;
     struct sl_exec_record *rec = &x->rec;
     rec->finished_at = sl_now_us();
+    /* One line per command end (its start is logged at launch). */
+    struct sl_log_field f[] = {
+        SL_LF_STR("sandbox_id", x->sandbox_id),
+        SL_LF_STR("exec_id", x->exec_id),
+        SL_LF_STR("status", rec->status),
+        rec->has_exit_code ? SL_LF_NUM("exit_code", rec->exit_code) : SL_LF_STR("exit_code", NULL),
+        SL_LF_STR("reason", rec->termination_reason[0] ? rec->termination_reason : NULL),
+        SL_LF_NUM("duration_ms", rec->started_at ? (rec->finished_at - rec->started_at) / 1000
+                                                 : duration_ms),
+        SL_LF_STR("truncated", rec->truncated ? "true" : NULL),
+    };
+    sl_log_event(SL_LOG_INFO, "exec_end", f, sizeof(f) / sizeof(f[0]));
     struct sl_error store_err = {0};
     if (svc->store->ops->exec_finish(svc->store, rec, rec->finished_at, &store_err) < 0) {
         sl_errorlog("exec %s/%s: cannot record the result (retried every second): %s",
@@ -402,6 +414,20 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
     if (rc == 0) {
+        /* The program's name only: arguments and environment may hold
+         * what a log must not. */
+        const char *slash = strrchr(req->argv[0], '/');
+        struct sl_log_field f[] = {
+            SL_LF_STR("sandbox_id", x->sandbox_id),
+            SL_LF_STR("exec_id", x->exec_id),
+            SL_LF_NUM("generation", req->generation),
+            SL_LF_STR("program", slash && slash[1] ? slash + 1 : req->argv[0]),
+            SL_LF_NUM("args", (int64_t)req->argc - 1),
+            SL_LF_STR("background", req->background ? "true" : NULL),
+            SL_LF_STR("exec_scope", req->exec_scope),
+            SL_LF_NUM("timeout_s", timeout_s),
+        };
+        sl_log_event(SL_LOG_INFO, "exec_start", f, sizeof(f) / sizeof(f[0]));
         pthread_mutex_lock(&svc->execs_lock);
         x->rt = handle; /* x cannot be gone: this request holds a reference */
         pthread_mutex_unlock(&svc->execs_lock);
