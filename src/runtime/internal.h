@@ -49,7 +49,7 @@ struct rt_session {
 
 /* ---- supervision (supervise.c) ---- */
 
-enum { TAG_OUT, TAG_ERR, TAG_ENDED, TAG_TIMER, TAG_COUNT };
+enum { TAG_OUT, TAG_ERR, TAG_ENDED, TAG_TIMER, TAG_COUNT, TAG_DRAIN = TAG_COUNT };
 
 /* epoll data of one watched descriptor. */
 struct rt_tag {
@@ -104,6 +104,10 @@ struct rt_supervisor {
     struct sl_rt_exec *all;    /* every execution not yet completed */
     size_t count;
     struct sl_rt_exec *queue;  /* requests for the supervisor */
+    /* Pipes that background jobs of finished commands still hold, read
+     * and discarded (supervisor thread only; supervise.c). */
+    struct rt_drain *drains;
+    size_t n_drains;
 };
 
 struct sl_runtime {

@@ -40,7 +40,27 @@
  * command must not starve the others. Level-triggered epoll comes back. */
 #define CHUNKS_PER_EVENT 4
 
-enum { PH_RUN, PH_TERM, PH_KILL };
+/* PH_LINGER: the command itself has exited but a pipe is still open (a
+ * job it started in the background holds it): read what comes for
+ * LINGER_MS, then answer, and hand the pipes to a drain. */
+enum { PH_RUN, PH_TERM, PH_KILL, PH_LINGER };
+#define LINGER_MS 50
+/* Drained pipes per sandbox uid and in all: each costs one descriptor
+ * for as long as the job holding it lives. Past the bound the pipe is
+ * closed, and the job's next write to it fails (EPIPE). */
+#define DRAINS_PER_UID 32
+#define DRAINS_MAX 4096
+
+/* One pipe of a finished command that a background job still holds. Read
+ * and discarded so the job never blocks on a full pipe and never gets
+ * EPIPE for writing to a log nobody reads; closed at EOF, when the job
+ * (or its whole session, at suspend, release or idle stop) is gone. */
+struct rt_drain {
+    struct rt_tag tag; /* first: epoll's data points here */
+    int fd;
+    uid_t uid;
+    struct rt_drain *prev, *next;
+};
 
 static void close_fd(int *fd)
 {
@@ -171,6 +191,69 @@ static void list_remove(struct sl_runtime *rt, struct sl_rt_exec *x)
     pthread_mutex_unlock(&rt->sup.lock);
 }
 
+static void drain_free(struct sl_runtime *rt, struct rt_drain *d)
+{
+    struct rt_supervisor *s = &rt->sup;
+    if (d->prev)
+        d->prev->next = d->next;
+    else
+        s->drains = d->next;
+    if (d->next)
+        d->next->prev = d->prev;
+    s->n_drains--;
+    watch_del(rt, d->fd);
+    close(d->fd);
+    free(d);
+}
+
+/* Take over *fd (a pipe a background job holds) as a drain, or close it
+ * when the bounds are reached. */
+static void drain_adopt(struct sl_runtime *rt, uid_t uid, int *fd)
+{
+    if (*fd < 0)
+        return;
+    struct rt_supervisor *s = &rt->sup;
+    size_t of_uid = 0;
+    for (struct rt_drain *d = s->drains; d; d = d->next)
+        of_uid += d->uid == uid;
+    struct rt_drain *d = of_uid < DRAINS_PER_UID && s->n_drains < DRAINS_MAX
+                             ? calloc(1, sizeof(*d))
+                             : NULL;
+    watch_del(rt, *fd);
+    if (!d) {
+        close_fd(fd);
+        return;
+    }
+    d->tag = (struct rt_tag){.x = NULL, .which = TAG_DRAIN};
+    d->fd = *fd;
+    d->uid = uid;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &d->tag};
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, d->fd, &ev) < 0) {
+        close_fd(fd);
+        free(d);
+        return;
+    }
+    *fd = -1;
+    d->next = s->drains;
+    if (d->next)
+        d->next->prev = d;
+    s->drains = d;
+    s->n_drains++;
+}
+
+static void on_drain(struct sl_runtime *rt, struct rt_drain *d)
+{
+    for (int i = 0; i < CHUNKS_PER_EVENT; i++) {
+        ssize_t n = read(d->fd, rt->sup.chunk, READ_CHUNK);
+        if (n == READ_CHUNK)
+            continue;
+        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+            return;
+        drain_free(rt, d); /* EOF: the job is gone (or closed it) */
+        return;
+    }
+}
+
 static void finish(struct sl_rt_exec *x)
 {
     struct sl_runtime *rt = x->rt;
@@ -181,8 +264,14 @@ static void finish(struct sl_rt_exec *x)
     if (already)
         return;
     struct sl_rt_exec_result *res = &x->res;
-    if ((x->out_fd >= 0 || x->err_fd >= 0) && x->exited)
+    if (x->phase == PH_LINGER) {
+        /* The command ended by itself; what it left running keeps its
+         * output pipes, now drained instead of read into the answer. */
+        drain_adopt(rt, x->uid, &x->out_fd);
+        drain_adopt(rt, x->uid, &x->err_fd);
+    } else if ((x->out_fd >= 0 || x->err_fd >= 0) && x->exited) {
         res->truncated = true; /* something outside our reach still held a pipe */
+    }
     watch_del(rt, x->out_fd);
     watch_del(rt, x->err_fd);
     watch_del(rt, x->timer_fd);
@@ -223,7 +312,7 @@ static void finish(struct sl_rt_exec *x)
         /* A terminated command leaves nothing behind; one that ended by
          * itself keeps its background jobs (warm sessions), and then the
          * directory stays until they end or the sandbox is released. */
-        if (x->phase != PH_RUN)
+        if (x->phase != PH_RUN && x->phase != PH_LINGER)
             (void)sl_cgroup_exec_signal(rt->cgroups, x->uid, x->cg_seq, SIGKILL);
         sl_cgroup_exec_remove(rt->cgroups, x->uid, x->cg_seq);
     }
@@ -278,10 +367,28 @@ static void on_timer(struct sl_rt_exec *x)
         x->phase = PH_KILL;
         arm_timer(x, now + x->grace_us);
         break;
+    case PH_LINGER:
+        finish(x); /* the command is over; its background jobs live on */
+        break;
     default:
         finish(x); /* output still held open past the last grace: stop */
         break;
     }
+}
+
+/* The command itself exited but a pipe is still open. In a warm session
+ * that is a job it started in the background (`server &`, `nohup …`):
+ * the command is over, so answer after a short linger instead of at the
+ * deadline, and leave the job running. A one-shot run kills its group
+ * when its launcher ends, so the pipes close there anyway. */
+static void maybe_linger(struct sl_rt_exec *x)
+{
+    if (x->phase != PH_RUN || !x->exited || !x->session || !x->got_status)
+        return;
+    if (x->out_fd < 0 && x->err_fd < 0)
+        return;
+    x->phase = PH_LINGER;
+    arm_timer(x, sl_mono_us() + LINGER_MS * 1000);
 }
 
 static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, struct sl_buf *buf)
@@ -354,6 +461,10 @@ static void *supervisor_main(void *arg)
                 take_requests(rt);
                 continue;
             }
+            if (t->which == TAG_DRAIN) {
+                on_drain(rt, (struct rt_drain *)t);
+                continue;
+            }
             struct sl_rt_exec *x = t->x;
             if (x->finished)
                 continue; /* ended earlier in this batch */
@@ -367,8 +478,10 @@ static void *supervisor_main(void *arg)
                     drain(rt, x, &x->err_fd, &x->res.err);
                 break;
             case TAG_ENDED:
-                if (!x->exited)
+                if (!x->exited) {
                     on_ended(x);
+                    maybe_linger(x);
+                }
                 break;
             case TAG_TIMER:
                 on_timer(x);
@@ -448,6 +561,8 @@ void rt_supervisor_stop(struct sl_runtime *rt)
         pthread_join(s->thread, NULL);
         s->started = false;
     }
+    while (s->drains)
+        drain_free(rt, s->drains);
     if (s->epfd >= 0)
         close(s->epfd);
     if (s->wake_fd >= 0)
