@@ -131,6 +131,8 @@ json_t *sl_svc_admin_sandboxes(struct sl_service *svc, const struct sl_route_fil
                       ts_or_null(r->ready_at), "lifecycle_count", (json_int_t)r->lifecycle_count,
                       "total_lifetime_ms", (json_int_t)r->total_lifetime_ms, "idle_seconds",
                       released ? json_null() : json_real(idle)));
+        json_object_set_new(json_array_get(items, json_array_size(items) - 1), "owner_live",
+                            svc_route_owner_live(svc, r));
     }
     sl_routes_free(v, n);
     if (!items) {

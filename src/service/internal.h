@@ -102,6 +102,9 @@ struct sl_service {
 /* Control-plane fence (API.md §2.2 rule 2 + §10.1 steps 1–2): the route must
  * exist at `generation`, be awake, and its owner be live with the route's
  * epoch. On success *route is filled (caller clears it). */
+/* Whether the worker recorded on the route is alive in the route's epoch:
+ * JSON true/false, null for a released or unplaced route. */
+json_t *svc_route_owner_live(struct sl_service *svc, const struct sl_route *r);
 int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
               struct sl_route *route, struct sl_error *err);
 /* The owner is this process (after svc_fence). Otherwise the request would be

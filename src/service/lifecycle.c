@@ -280,6 +280,17 @@ static void add_reclaim_times(const struct sl_service *svc, const struct sl_rout
     json_object_set_new(doc, "retained_until", sl_json_ts(kept, "Z"));
 }
 
+json_t *svc_route_owner_live(struct sl_service *svc, const struct sl_route *r)
+{
+    /* Nothing holds a released route (or one not placed yet). */
+    if (!r->worker_id || !r->worker_epoch || status_is(r, "RELEASED"))
+        return json_null();
+    struct sl_worker_entry owner;
+    struct sl_error ignored = {0};
+    int live = svc->registry->ops->get(svc->registry, r->worker_id, &owner, &ignored);
+    return json_boolean(live == 1 && strcmp(owner.worker_epoch, r->worker_epoch) == 0);
+}
+
 static json_t *route_lookup(struct sl_service *svc, const char *sandbox_id,
                             json_t *(*view)(const struct sl_route *), struct sl_error *err)
 {
@@ -291,8 +302,13 @@ static json_t *route_lookup(struct sl_service *svc, const char *sandbox_id,
         return NULL;
     }
     json_t *doc = view(&r);
-    if (doc && view == route_view)
+    if (doc && view == route_view) {
         add_reclaim_times(svc, &r, doc);
+        /* Ours, additive: false when the worker that holds the route is
+         * gone or restarted (every call with its generation answers 409
+         * STALE_SANDBOX_ROUTE until the sandbox is resolved again). */
+        json_object_set_new(doc, "owner_live", svc_route_owner_live(svc, &r));
+    }
     sl_route_clear(&r);
     return doc;
 }

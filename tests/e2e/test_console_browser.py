@@ -182,3 +182,30 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     assert template not in [t["name"] for t in listed], "the console's unpublish did not happen"
     for name in ("exec-output.png", "release-refused.png", "fleet.png"):
         assert (shots / name).stat().st_size > 0, name
+
+
+def test_console_marks_routes_whose_owner_restarted(node, daemon_factory, shots):
+    """After a restart every old route still reads READY, but its owner
+    (the worker epoch) is gone: the route says owner_live false (REST and
+    the admin list) and the console badges it with what to do."""
+    first = daemon_factory()
+    tag = uuid.uuid4().hex[:12]
+    stale = Sandbox(first.client(), f"sbx-stale-{tag}", "scope")
+    assert stale.resolve().status == 200 and stale.connect().status == 200
+    assert stale.route().body["owner_live"] is True
+    assert first.stop() == 0
+    d = daemon_factory(state_dir=first.state, port=first.port, token=first.token)
+    c = d.client()
+    fresh = Sandbox(c, f"sbx-fresh-{tag}", "scope")
+    assert fresh.resolve().status == 200 and fresh.connect().status == 200
+    stale = Sandbox(c, stale.id, stale.scope)
+    route = stale.route().body
+    assert route["status"] == "READY" and route["owner_live"] is False, route
+    listed = {s["sandbox_id"]: s for s in
+              c.get("/api/v1/admin/sandboxes").body["sandboxes"]}
+    assert listed[stale.id]["owner_live"] is False and listed[fresh.id]["owner_live"] is True
+    drive(node, d, "restarted", shots, STALE_SANDBOX_ID=stale.id, FRESH_SANDBOX_ID=fresh.id)
+    assert (shots / "restarted.png").stat().st_size > 0
+    # Resolving again heals it.
+    assert stale.resolve().status == 200 and stale.connect().status == 200
+    assert stale.route().body["owner_live"] is True

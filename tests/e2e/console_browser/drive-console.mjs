@@ -14,6 +14,9 @@
 //                     on stdout, "stderr-" + MARKER on stderr), BUSY_SANDBOX_ID
 //                     (a sandbox with an execution in flight: release is
 //                     refused with 409)
+//                     "restarted": the daemon restarted since STALE_SANDBOX_ID
+//                     was created (its route still says READY, its owner is
+//                     gone); FRESH_SANDBOX_ID was created after the restart
 //
 // Fails (exit 1) on any failed step, any console error, any uncaught page
 // error, any failed request and any request to a non-loopback address.
@@ -210,6 +213,22 @@ async function fleet(page) {
   await page.screenshot({ path: path.join(SHOTS, 'fleet.png'), fullPage: true });
 }
 
+async function restarted(page) {
+  const stale = need('STALE_SANDBOX_ID'), fresh = need('FRESH_SANDBOX_ID');
+  const row = id => `#sbx-body tr[data-sandbox-id="${id}"]`;
+  await step('sign in: the stale route is badged, the fresh one is not', async () => {
+    await signIn(page, TOKEN);
+    await waitText(page, row(stale), 'READY');
+    await waitText(page, row(stale), 'owner gone · resolve again');
+    await waitText(page, row(fresh), 'READY');
+    const badged = await page.locator(`${row(fresh)} .owner-gone`).count();
+    check(badged === 0, `the fresh sandbox shows ${badged} owner-gone badge(s)`);
+    const title = await page.locator(`${row(stale)} .owner-gone`).getAttribute('title');
+    check(title && title.includes('resolves it again'), `badge title: ${title}`);
+  });
+  await page.screenshot({ path: path.join(SHOTS, 'restarted.png'), fullPage: true });
+}
+
 async function main() {
   const browser = await chromium.launch({
     executablePath: env.CHROMIUM || '/usr/bin/chromium',
@@ -251,6 +270,7 @@ async function main() {
     });
     if (MODE === 'empty') await emptyFleet(page);
     else if (MODE === 'fleet') await fleet(page);
+    else if (MODE === 'restarted') await restarted(page);
     else throw new Error(`unknown CONSOLE_MODE ${MODE}`);
     check(requests > 1, 'no request was observed: the request check saw nothing');
   } catch (e) {
