@@ -9,11 +9,15 @@ build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
             libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev python3)
 # btrfs-progs: mkfs.btrfs makes the workspace image (SANDBOX_WORKSPACE_IMAGE_BYTES).
-run_pkgs=(btrfs-progs)
+# python3-pip: pip in a sandbox's managed environment is the system's pip.
+run_pkgs=(btrfs-progs python3-pip)
 # chromium: the console's browser test (driven by npm playwright-core with the
 # machine's Node.js 20; Debian's own nodejs 18 is too old for it).
 # e2fsprogs: the full-filesystem tests make btrfs and ext4 on loop devices.
-test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs)
+# golang-go, rustc, cargo, default-jdk-headless, node-typescript: every
+# toolchain compiles and runs a program in tests/e2e/test_toolchains.py.
+test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
+           golang-go rustc cargo default-jdk-headless node-typescript)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")

@@ -10,6 +10,8 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -21,6 +23,7 @@
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "runtime/pyvenv.h"
 
 #define ENV_PATH_TAIL "/home/sandbox/.local/bin:/usr/local/bin:/usr/bin:/bin"
 #define PROFILE_MARKER "# managed by agent-sandbox"
@@ -41,6 +44,8 @@ struct tc_item {
     bool from_cfg;
     bool when_set;
     const char *suffix;
+    /* Or a value found on the host (a static string), with the suffix. */
+    const char *(*host)(void);
 };
 
 struct toolchain {
@@ -58,7 +63,56 @@ struct toolchain {
 #define CFG_IF(k, f) {.key = k, .field = CFGF(f), .from_cfg = true, .when_set = true}
 #define PLIT(v) {.literal = v}
 #define PCFG_IF(f, sfx) {.field = CFGF(f), .from_cfg = true, .when_set = true, .suffix = sfx}
+#define HOST(k, fn) {.key = k, .host = fn}
+#define PHOST(fn, sfx) {.host = fn, .suffix = sfx}
 /* clang-format on */
+
+/* Where Go is installed. The sandbox sees the host's /usr read-only, so
+ * the toolchain is the host's: /usr/local/go (the upstream tarball, the
+ * reference's image) when it is there, else the directory above bin/ of
+ * the `go` that /usr/bin/go resolves to (Debian's golang-go:
+ * /usr/lib/go-1.19). Found once; /usr/local/go when there is no Go at
+ * all (the launch check then says missing). */
+static char go_root_found[PATH_MAX];
+static pthread_once_t go_root_once = PTHREAD_ONCE_INIT;
+static void find_go_root(void)
+{
+    snprintf(go_root_found, sizeof(go_root_found), "/usr/local/go");
+    if (access("/usr/local/go/bin/go", X_OK) == 0)
+        return;
+    char real[PATH_MAX];
+    if (!realpath("/usr/bin/go", real))
+        return;
+    size_t n = strlen(real);
+    static const char tail[] = "/bin/go";
+    if (n > sizeof(tail) - 1 && strcmp(real + n - (sizeof(tail) - 1), tail) == 0)
+        snprintf(go_root_found, sizeof(go_root_found), "%.*s", (int)(n - (sizeof(tail) - 1)),
+                 real);
+}
+static const char *go_root(void)
+{
+    pthread_once(&go_root_once, find_go_root);
+    return go_root_found;
+}
+
+/* The reference's PYTHONPATH, then the managed environment's packages
+ * (runtime/pyvenv.h), so python3 imports what `pip install` put there. */
+static char python_path_found[PATH_MAX];
+static pthread_once_t python_path_once = PTHREAD_ONCE_INIT;
+static void find_python_path(void)
+{
+    const char *ver = sl_pyvenv_python_version();
+    if (ver)
+        snprintf(python_path_found, sizeof(python_path_found),
+                 "/opt/agent-sandbox/runtime:/envs/python-venv/lib/python%s/site-packages", ver);
+    else
+        snprintf(python_path_found, sizeof(python_path_found), "/opt/agent-sandbox/runtime");
+}
+static const char *python_path(void)
+{
+    pthread_once(&python_path_once, find_python_path);
+    return python_path_found;
+}
 
 static const struct toolchain toolchains[] = {
     {.name = "python",
@@ -69,7 +123,7 @@ static const struct toolchain toolchains[] = {
               LIT("UV_TOOL_DIR", "/envs/uv-tools"), LIT("UV_TOOL_BIN_DIR", "/envs/uv-tools/bin"),
               LIT("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "python"),
               LIT("PYTHONDONTWRITEBYTECODE", "1"), LIT("PYTHONNOUSERSITE", "1"),
-              LIT("PYTHONPATH", "/opt/agent-sandbox/runtime")},
+              HOST("PYTHONPATH", python_path)},
      .paths = {PLIT("/opt/agent-sandbox/python-runtime/bin"), PLIT("/envs/uv-tools/bin"),
                PLIT("/envs/python-venv/bin")},
      .reserved_names = {"PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION", "PYTHONDONTWRITEBYTECODE",
@@ -77,8 +131,10 @@ static const struct toolchain toolchains[] = {
      .reserved_prefixes = {"PIP_", "UV_"}},
     {.name = "node",
      .vars = {LIT("npm_config_cache", "/cache/npm"), CFG("npm_config_registry", npm_registry),
-              LIT("npm_config_prefix", "/envs/npm-global"),
-              LIT("npm_config_store_dir", "/cache/pnpm"), LIT("PNPM_HOME", "/envs/pnpm"),
+              /* Not npm_config_store_dir (the reference's): it is pnpm's
+               * setting and npm warns about it on every run. pnpm's store
+               * is $PNPM_HOME/store. */
+              LIT("npm_config_prefix", "/envs/npm-global"), LIT("PNPM_HOME", "/envs/pnpm"),
               LIT("YARN_CACHE_FOLDER", "/cache/yarn"),
               CFG("YARN_NPM_REGISTRY_SERVER", npm_registry)},
      .paths = {PLIT("/envs/npm-global/bin"), PLIT("/envs/pnpm")},
@@ -87,8 +143,8 @@ static const struct toolchain toolchains[] = {
     {.name = "go",
      .vars = {LIT("GOMAXPROCS", "4"), LIT("GOPATH", "/envs/go"), LIT("GOMODCACHE", "/cache/go/mod"),
               LIT("GOCACHE", "/cache/go/build"), CFG("GOPROXY", go_proxy), CFG("GOSUMDB", go_sumdb),
-              LIT("GOTOOLCHAIN", "local"), LIT("GOROOT", "/usr/local/go")},
-     .paths = {PLIT("/envs/go/bin"), PLIT("/usr/local/go/bin")},
+              LIT("GOTOOLCHAIN", "local"), HOST("GOROOT", go_root)},
+     .paths = {PLIT("/envs/go/bin"), PHOST(go_root, "/bin")},
      .reserved_prefixes = {"GO"}},
     {.name = "rust",
      .vars = {LIT("CARGO_HOME", "/envs/cargo"), LIT("RUSTUP_HOME", "/usr/local/rustup"),
@@ -118,7 +174,7 @@ static const char *const reserved_fixed_prefixes[] = {"LD_"};
 
 static bool tc_item_end(const struct tc_item *it)
 {
-    return !it->literal && !it->from_cfg;
+    return !it->literal && !it->from_cfg && !it->host;
 }
 
 static const struct toolchain *tc_find(const char *name)
@@ -133,7 +189,7 @@ static const struct toolchain *tc_find(const char *name)
  * -1 when out of memory. */
 static int tc_item_value(const struct sl_config *cfg, const struct tc_item *it, char **out)
 {
-    const char *base = it->literal;
+    const char *base = it->host ? it->host() : it->literal;
     if (it->from_cfg) {
         base = *(char *const *)((const char *)cfg + it->field);
         if (it->when_set && (!base || !*base))

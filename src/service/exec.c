@@ -21,6 +21,7 @@
 #include "common/pool.h"
 #include "common/util.h"
 #include "runtime/env.h"
+#include "runtime/pyvenv.h"
 #include "service/internal.h"
 #include "workspace/files.h"
 
@@ -368,6 +369,13 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
     if (sl_env_build(cfg, req->env_keys, req->env_values, req->env_len, proxy, &env, &err) < 0) {
         record_failure(&x->rec, "ValueError", err.message);
         return false;
+    }
+    /* The python toolchain's /envs/python-venv, made on first use. */
+    if (sl_strlist_contains(&cfg->toolchains, "python") &&
+        sl_pyvenv_ensure(rootfd, uid, &err) < 0) {
+        sl_warn("exec %s/%s: %s (pip falls back to the system's)", x->sandbox_id, x->exec_id,
+                sl_error_text(&err));
+        sl_error_clear(&err);
     }
     if (sl_env_write_profile(rootfd, uid, env.path, &err) < 0) {
         sl_env_free(&env);

@@ -122,11 +122,10 @@ static void test_default_order(void **state)
         "PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python",
         "PYTHONDONTWRITEBYTECODE=1",
         "PYTHONNOUSERSITE=1",
-        "PYTHONPATH=/opt/agent-sandbox/runtime",
+        "PYTHONPATH=/opt/agent-sandbox/runtime:/envs/python-venv/lib/python3.11/site-packages",
         "npm_config_cache=/cache/npm",
         "npm_config_registry=https://registry.npmjs.org",
         "npm_config_prefix=/envs/npm-global",
-        "npm_config_store_dir=/cache/pnpm",
         "PNPM_HOME=/envs/pnpm",
         "YARN_CACHE_FOLDER=/cache/yarn",
         "YARN_NPM_REGISTRY_SERVER=https://registry.npmjs.org",
@@ -145,6 +144,24 @@ static void test_default_order(void **state)
     sl_config_free(&cfg);
 }
 
+/* Where the Go toolchain is on this host, as the runtime must find it:
+ * /usr/local/go when installed there, else above bin/ of what /usr/bin/go
+ * resolves to (Debian's golang-go), else /usr/local/go. */
+static const char *expected_go_root(void)
+{
+    static char root[PATH_MAX];
+    snprintf(root, sizeof(root), "/usr/local/go");
+    char real[PATH_MAX];
+    if (access("/usr/local/go/bin/go", X_OK) != 0 && realpath("/usr/bin/go", real)) {
+        char *bin = strstr(real, "/bin/go");
+        if (bin && bin[7] == '\0') {
+            *bin = '\0';
+            snprintf(root, sizeof(root), "%s", real);
+        }
+    }
+    return root;
+}
+
 static void test_all_toolchains(void **state)
 {
     (void)state;
@@ -152,11 +169,15 @@ static void test_all_toolchains(void **state)
     static const char *const plain[] = {"SANDBOX_TOOLCHAINS=rust,java,go,node,python", NULL};
     load_config(&cfg, plain);
     char *path = sl_env_managed_path(&cfg);
-    assert_string_equal(path, "/envs/cargo/bin:/usr/local/cargo/bin:/envs/java/bin:"
-                              "/envs/go/bin:/usr/local/go/bin:/envs/npm-global/bin:/envs/pnpm:"
-                              "/opt/agent-sandbox/python-runtime/bin:/envs/uv-tools/bin:"
-                              "/envs/python-venv/bin:/home/sandbox/.local/bin:/usr/local/bin:"
-                              "/usr/bin:/bin");
+    char want_path[PATH_MAX + 512];
+    snprintf(want_path, sizeof(want_path),
+             "/envs/cargo/bin:/usr/local/cargo/bin:/envs/java/bin:"
+             "/envs/go/bin:%s/bin:/envs/npm-global/bin:/envs/pnpm:"
+             "/opt/agent-sandbox/python-runtime/bin:/envs/uv-tools/bin:"
+             "/envs/python-venv/bin:/home/sandbox/.local/bin:/usr/local/bin:"
+             "/usr/bin:/bin",
+             expected_go_root());
+    assert_string_equal(path, want_path);
     free(path);
     struct sl_env env;
     struct sl_error err = {0};
@@ -164,6 +185,10 @@ static void test_all_toolchains(void **state)
     assert_string_equal(env_get(&env, "GOPROXY"), "https://proxy.golang.org,direct");
     assert_string_equal(env_get(&env, "GOSUMDB"), "sum.golang.org");
     assert_string_equal(env_get(&env, "GOMAXPROCS"), "4");
+    /* The host's Go, wherever it is installed. */
+    assert_string_equal(env_get(&env, "GOROOT"), expected_go_root());
+    /* pnpm's setting is not given to npm (it warns about it). */
+    assert_null(env_get(&env, "npm_config_store_dir"));
     assert_string_equal(env_get(&env, "CARGO_NET_RETRY"), "3");
     assert_string_equal(env_get(&env, "MAVEN_OPTS"), "-Dmaven.repo.local=/cache/maven");
     /* Conditional ones are absent while their settings are empty. */
@@ -205,13 +230,18 @@ static void test_path_dedup(void **state)
 {
     (void)state;
     struct sl_config cfg;
-    static const char *const s[] = {"SANDBOX_TOOLCHAINS=go,java", "SANDBOX_JAVA_HOME=/usr/local/go",
-                                    NULL};
+    char java_home[PATH_MAX + 32];
+    snprintf(java_home, sizeof(java_home), "SANDBOX_JAVA_HOME=%s", expected_go_root());
+    const char *const s[] = {"SANDBOX_TOOLCHAINS=go,java", java_home, NULL};
     load_config(&cfg, s);
     char *path = sl_env_managed_path(&cfg);
-    /* /usr/local/go/bin comes from go and from JAVA_HOME: listed once. */
-    assert_string_equal(path, "/envs/go/bin:/usr/local/go/bin:/envs/java/bin:"
-                              "/home/sandbox/.local/bin:/usr/local/bin:/usr/bin:/bin");
+    /* <go root>/bin comes from go and from JAVA_HOME: listed once. */
+    char want[PATH_MAX + 128];
+    snprintf(want, sizeof(want),
+             "/envs/go/bin:%s/bin:/envs/java/bin:/home/sandbox/.local/bin:/usr/local/bin:"
+             "/usr/bin:/bin",
+             expected_go_root());
+    assert_string_equal(path, want);
     free(path);
     sl_config_free(&cfg);
 }
