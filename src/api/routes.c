@@ -589,16 +589,24 @@ static void h_admin_execs(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
     sl_v_init(&v);
-    int64_t limit = 50, offset = 0;
-    const char *sandbox_id = query_bounded(req, &v, "sandbox_id", 128);
-    const char *status = query_bounded(req, &v, "status", 32);
-    query_paging(req, &v, &limit, &offset);
+    struct sl_exec_filter f = {.limit = 50};
+    f.sandbox_id = query_bounded(req, &v, "sandbox_id", 128);
+    f.status = query_bounded(req, &v, "status", 32);
+    /* Ours: "none" selects executions without a reason. */
+    const char *reason = query_bounded(req, &v, "termination_reason", 32);
+    query_paging(req, &v, &f.limit, &f.offset);
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
     } else {
+        if (f.sandbox_id && !*f.sandbox_id)
+            f.sandbox_id = NULL;
+        if (f.status && !*f.status)
+            f.status = NULL;
+        f.termination_reason = !reason || !*reason          ? NULL
+                               : strcmp(reason, "none") == 0 ? ""
+                                                             : reason;
         struct sl_error err = {0};
-        json_t *doc = sl_svc_admin_execs(req->svc, sandbox_id && *sandbox_id ? sandbox_id : NULL,
-                                         status && *status ? status : NULL, limit, offset, &err);
+        json_t *doc = sl_svc_admin_execs(req->svc, &f, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -814,6 +822,7 @@ static const struct sl_query_param Q_ADMIN_SANDBOXES[] = {{"status", "string", f
                                                           {NULL, NULL, false}};
 static const struct sl_query_param Q_ADMIN_EXECS[] = {{"sandbox_id", "string", false},
                                                       {"status", "string", false},
+                                                      {"termination_reason", "string", false},
                                                       {"limit", "integer", false},
                                                       {"offset", "integer", false},
                                                       {NULL, NULL, false}};

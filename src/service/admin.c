@@ -49,11 +49,11 @@ static json_t *admin_exec_item(const struct sl_exec_record *e, bool with_output)
     return o;
 }
 
-json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const char *status,
-                           int64_t limit, int64_t offset, struct sl_error *err)
+json_t *sl_svc_admin_execs(struct sl_service *svc, const struct sl_exec_filter *filter,
+                           struct sl_error *err)
 {
-    struct sl_exec_filter f = {.sandbox_id = sandbox_id, .status = status,
-                               .limit = limit, .offset = offset};
+    struct sl_exec_filter f = *filter;
+    int64_t limit = f.limit, offset = f.offset;
     struct sl_exec_record *v = NULL;
     size_t n = 0;
     int64_t total = 0;
@@ -74,7 +74,8 @@ json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const
 json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t limit,
                          struct sl_error *err)
 {
-    json_t *page = sl_svc_admin_execs(svc, sandbox_id, NULL, limit, 0, err);
+    struct sl_exec_filter f = {.sandbox_id = sandbox_id, .limit = limit};
+    json_t *page = sl_svc_admin_execs(svc, &f, err);
     if (!page)
         return NULL;
     json_t *out = json_pack("{s:O,s:O}", "recent", json_object_get(page, "execs"), "total",

@@ -120,8 +120,11 @@ json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const
                            int64_t generation, struct sl_error *err);
 /* Admin (API.md §3.18): paged records without output (limit/offset
  * already validated), and one record with its output (EXEC_NOT_FOUND). */
-json_t *sl_svc_admin_execs(struct sl_service *svc, const char *sandbox_id, const char *status,
-                           int64_t limit, int64_t offset, struct sl_error *err);
+/* Admin listing of executions (API.md §3.18); ours: by termination
+ * reason too ("" = none recorded). */
+struct sl_exec_filter;
+json_t *sl_svc_admin_execs(struct sl_service *svc, const struct sl_exec_filter *f,
+                           struct sl_error *err);
 json_t *sl_svc_admin_exec(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                           struct sl_error *err);
 struct sl_route_filter;

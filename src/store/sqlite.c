@@ -152,6 +152,8 @@ static const char *const stmt_sql[ST_COUNT] = {
                      "exec_scope, exit_code, NULL, NULL, truncated, started_at, finished_at, "
                      "created_at, termination_reason FROM " EXEC_TABLE
                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
+                     "AND (?5 IS NULL OR (?5 = '' AND termination_reason IS NULL) "
+                     "OR termination_reason = ?5) "
                      "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
     /* ?4 is the search pattern, already escaped for LIKE ... ESCAPE '\\'. */
     [ST_ROUTE_LIST] = "SELECT " ROUTE_COLUMNS " FROM " ROUTE_TABLE
@@ -186,7 +188,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_ROUTE_UIDS_OF_WORKER] = "SELECT DISTINCT sandbox_uid FROM " ROUTE_TABLE
                                 " WHERE worker_id = ?1 AND status <> 'RELEASED'",
     [ST_EXEC_COUNT] = "SELECT COUNT(*) FROM " EXEC_TABLE
-                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2)",
+                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2)"
+                      " AND (?3 IS NULL OR (?3 = '' AND termination_reason IS NULL)"
+                      " OR termination_reason = ?3)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
     [ST_EXEC_RUNNING] = "SELECT exec_scope, command_json FROM " EXEC_TABLE
@@ -1090,6 +1094,7 @@ static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
         struct binder b = {stmt, SQLITE_OK};
         bind_text(&b, 1, f->sandbox_id);
         bind_text(&b, 2, f->status);
+        bind_text(&b, 3, f->termination_reason);
         if (bind_done(st, &b, err) < 0 || step(st, stmt, err) < 0)
             return -1;
         *total = sqlite3_column_int64(stmt, 0);
@@ -1102,6 +1107,7 @@ static int sqlite_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
     bind_text(&b, 2, f->status);
     bind_int64(&b, 3, f->limit);
     bind_int64(&b, 4, f->offset);
+    bind_text(&b, 5, f->termination_reason);
     if (bind_done(st, &b, err) < 0)
         return -1;
     struct sl_exec_record *v = calloc((size_t)(f->limit > 0 ? f->limit : 1), sizeof(*v));

@@ -125,6 +125,8 @@ struct sl_reap_query {
 struct sl_exec_filter {
     const char *sandbox_id; /* NULL = any */
     const char *status;     /* NULL = any */
+    /* Ours: NULL = any; "" = none recorded (the column is NULL). */
+    const char *termination_reason;
     int64_t limit, offset;
 };
 

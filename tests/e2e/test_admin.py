@@ -63,12 +63,14 @@ def test_sandboxes_filters_order_and_fields(fleet):
     assert set(item) == {"sandbox_id", "workspace_scope_id", "worker_id", "generation",
                          "sandbox_uid", "status", "storage_mode", "profile_id", "created_at",
                          "last_active_at", "ready_at", "lifecycle_count", "total_lifetime_ms",
-                         "idle_seconds"}
+                         "idle_seconds", "owner_live"}
     assert isinstance(item["idle_seconds"], float) and item["idle_seconds"] >= 0
+    assert item["owner_live"] is True, item
     released = c.get(f"{ADMIN}/sandboxes", params={"status": "RELEASED",
                                                    "search": boxes["c"].id}).body
     assert [s["sandbox_id"] for s in released["sandboxes"]] == [boxes["c"].id]
     assert released["sandboxes"][0]["idle_seconds"] is None
+    assert released["sandboxes"][0]["owner_live"] is None
     # search is a literal substring: "_" matches only an underscore.
     lit = c.get(f"{ADMIN}/sandboxes", params={"search": f"b_{tag}"}).body
     assert [s["sandbox_id"] for s in lit["sandboxes"]] == [boxes["b"].id], lit
@@ -162,3 +164,38 @@ def test_diagnostics_snapshot(fleet):
 def test_admin_routes_need_the_token(daemon, path):
     r = daemon.client().get(path, auth=False)
     assert_error(r, 401, "SANDBOX_UNAUTHORIZED")
+
+
+def test_execs_filter_by_termination_reason(daemon):
+    """Ours: a client's cancel is stored FAILED (the reference's status)
+    with termination_reason CANCELLED_BY_CLIENT; the list filters on the
+    reason ("none" = ended by itself), so a CANCELLED filter is not the only
+    way to find it."""
+    c = daemon.client()
+    sb = Sandbox(c, "adm-reason-" + uuid.uuid4().hex[:6], "scope")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    assert sb.exec(["true"], exec_id="reason-ok").status == 200
+    r = sb.exec(["sleep", "30"], exec_id="reason-cancel", background=True)
+    assert r.status == 200
+    assert c.post(f"{sb.path}/exec/reason-cancel/cancel?generation={sb.generation}").status == 200
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        x = c.get(f"{sb.path}/exec/reason-cancel", params={"generation": sb.generation}).body
+        if x["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    assert x["status"] == "FAILED" and x["termination_reason"] == "CANCELLED_BY_CLIENT", x
+    assert sb.exec(["sleep", "5"], exec_id="reason-timeout", timeout_seconds=1).status == 200
+
+    def ids(**params):
+        page = c.get(f"{ADMIN}/execs", params={"sandbox_id": sb.id, **params}).body
+        assert page["total"] == len(page["execs"]), page
+        return [e["exec_id"] for e in page["execs"]]
+
+    assert ids(termination_reason="CANCELLED_BY_CLIENT") == ["reason-cancel"]
+    assert ids(termination_reason="TIMED_OUT") == ["reason-timeout"]
+    assert ids(termination_reason="none") == ["reason-ok"]
+    assert ids(status="CANCELLED") == [], "a client's cancel is FAILED, as in the reference"
+    assert ids(status="FAILED", termination_reason="CANCELLED_BY_CLIENT") == ["reason-cancel"]
+    assert sorted(ids()) == ["reason-cancel", "reason-ok", "reason-timeout"]
+    assert_invalid(c.get(f"{ADMIN}/execs", params={"termination_reason": "x" * 33}))

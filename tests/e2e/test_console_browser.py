@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -162,6 +163,22 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     r = c.post(f"{other.path}/templates", json={"generation": other.generation, "name": template,
                                                 "source_path": f"/envs/{template}"})
     assert r.status == 200, r
+    big_exec, big_len = f"x-big-{tag}", 300_000
+    r = other.exec(["python3", "-c", f"import sys; sys.stdout.write('y' * {big_len})"],
+                   exec_id=big_exec)
+    assert r.status == 200 and len(r.body["stdout"]) == big_len, r.status
+    cancelled_exec = f"x-cancelled-{tag}"
+    r = other.exec(["sleep", "60"], exec_id=cancelled_exec, background=True)
+    assert r.status == 200
+    assert c.post(f"{other.path}/exec/{cancelled_exec}/cancel?generation={other.generation}"
+                  ).status == 200
+    for _ in range(100):  # recorded before the browser filters on it
+        x = c.get(f"{other.path}/exec/{cancelled_exec}",
+                  params={"generation": other.generation}).body
+        if x["status"] != "RUNNING":
+            break
+        time.sleep(0.1)
+    assert x["termination_reason"] == "CANCELLED_BY_CLIENT", x
     busy_exec = f"x-busy-{tag}"
     r = busy.exec(["sleep", "120"], exec_id=busy_exec, background=True, timeout_seconds=150)
     assert r.status == 200 and r.body["status"] == "RUNNING", r
@@ -169,7 +186,8 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     try:
         drive(node, d, "fleet", shots, SANDBOX_ID=sb.id, SCOPE=sb.scope,
               OTHER_SANDBOX_ID=other.id, OTHER_SCOPE=other.scope, EXEC_ID=exec_id, EXIT_CODE=3,
-              MARKER=marker, BUSY_SANDBOX_ID=busy.id, TEMPLATE=template)
+              MARKER=marker, BUSY_SANDBOX_ID=busy.id, TEMPLATE=template, BIG_EXEC_ID=big_exec,
+              BIG_LEN=big_len, CANCELLED_EXEC_ID=cancelled_exec)
     finally:
         c.post(f"{busy.path}/exec/{busy_exec}/cancel?generation={busy.generation}")
 

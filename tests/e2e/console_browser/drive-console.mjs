@@ -189,6 +189,35 @@ async function fleet(page) {
     await page.locator('#output-close').click();
     await page.locator('#output').waitFor({ state: 'hidden', timeout: TIMEOUT });
   });
+  await step('every time on the page is UTC and says so', async () => {
+    await waitText(page, '#tz', 'All times are UTC.');
+    const times = await page.locator(`${row(sid)} td:nth-child(6), ${execRow} td:first-child`).allTextContents();
+    check(times.length === 2 && times.every(t => / UTC$/.test(t.trim())), `times: ${JSON.stringify(times)}`);
+    await waitText(page, '#status', ' UTC');
+  });
+  const bigRow = `#ex-body tr[data-exec-id="${need('BIG_EXEC_ID')}"]`;
+  await step('a large output shows its beginning at once, all of it on request', async () => {
+    await page.locator(bigRow).click();
+    await waitText(page, '#output-meta', 'SUCCEEDED');
+    const shown = (await page.locator('#output-stdout').textContent()).length;
+    check(shown === 65536, `the preview shows ${shown} characters`);
+    await waitText(page, '#output .show-all', 'Show all (');
+    await page.locator('#output .show-all').click();
+    const all = (await page.locator('#output-stdout').textContent()).length;
+    check(all === Number(need('BIG_LEN')), `after "show all": ${all} characters`);
+    check(await page.locator('#output .show-all').count() === 0, 'the button stays after use');
+    await page.locator('#output-close').click();
+    await page.locator('#output').waitFor({ state: 'hidden', timeout: TIMEOUT });
+  });
+  await step('filter executions by what ended them', async () => {
+    const cancelled = need('CANCELLED_EXEC_ID');
+    await page.locator('#ex-reason').selectOption('CANCELLED_BY_CLIENT');
+    await page.locator('#ex-filters button[type=submit]').click();
+    await waitText(page, `#ex-body tr[data-exec-id="${cancelled}"]`, 'CANCELLED_BY_CLIENT');
+    await page.locator(execRow).waitFor({ state: 'detached', timeout: TIMEOUT });
+    await page.locator('#ex-clear').click();
+    await waitText(page, execRow, sid);
+  });
   await step('a refused release shows the error code and message', async () => {
     expectedStatus = 409;
     page.once('dialog', d => d.accept());
