@@ -6,7 +6,7 @@ STATE ?= $(CURDIR)/state
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build deps deps-build deps-run run install uninstall docs test unit e2e security bench sanitize clean format
+.PHONY: all build deps deps-build deps-run web-deps run install uninstall docs test unit e2e security bench sanitize clean format
 
 all: build
 
@@ -19,10 +19,14 @@ deps-run:
 deps:
 	@scripts/install-deps.sh test
 
-$(BUILD)/build.ninja:
+# Swagger UI (npm swagger-ui-dist, pinned) is compiled into /docs.
+web-deps:
+	@scripts/install-web-deps.sh
+
+$(BUILD)/build.ninja: | web-deps
 	meson setup $(BUILD)
 
-build: deps-build $(BUILD)/build.ninja
+build: deps-build web-deps $(BUILD)/build.ninja
 	ninja -C $(BUILD)
 
 # Starts the service on its embedded defaults: SQLite, in-process registry,
@@ -48,7 +52,7 @@ uninstall:
 
 ASAN_BUILD ?= build-asan
 
-$(ASAN_BUILD)/build.ninja:
+$(ASAN_BUILD)/build.ninja: | web-deps
 	meson setup $(ASAN_BUILD) -Db_sanitize=address,undefined -Db_lundef=false
 
 # Every tier, on the release build and again under ASan + UBSan.

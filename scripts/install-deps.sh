@@ -23,6 +23,10 @@ pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")
 [ "$tier" = test ] && pkgs+=("${run_pkgs[@]}" "${test_pkgs[@]}")
 
+# npm installs Swagger UI for the build (scripts/install-web-deps.sh): the
+# machine's own npm if it has one, else Debian's.
+command -v npm >/dev/null || pkgs+=(npm)
+
 missing=()
 for p in "${pkgs[@]}"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -125,7 +125,8 @@ static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
     }
     resp->body = NULL;
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
-    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "Cache-Control",
+                            resp->cacheable ? "public, max-age=3600" : "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     if (resp->allow[0])
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);

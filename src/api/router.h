@@ -38,6 +38,9 @@ struct sl_response {
     /* For the access log only, never sent: the operator detail of an
      * error answer (sl_error.detail, or a 500's real message). */
     char log_detail[256];
+    /* Static content (the /docs assets): browsers may keep it an hour;
+     * everything else is no-store. */
+    bool cacheable;
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);

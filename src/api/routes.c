@@ -113,6 +113,20 @@ static void h_docs(struct sl_request *req, struct sl_response *resp)
     respond_text(resp, 200, "text/html; charset=utf-8", sl_page_docs);
 }
 
+static void h_docs_js(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/javascript; charset=utf-8", sl_asset_swagger_js);
+    resp->cacheable = true;
+}
+
+static void h_docs_css(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/css; charset=utf-8", sl_asset_swagger_css);
+    resp->cacheable = true;
+}
+
 static void h_admin(struct sl_request *req, struct sl_response *resp)
 {
     (void)req;
@@ -845,6 +859,10 @@ const struct sl_route_def sl_routes[] = {
     {"GET", "/openapi.json", h_openapi, false, false, "openapi", "This document", NULL, NULL,
      NULL, 0},
     {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0},
+    {"GET", "/docs/swagger-ui-bundle.js", h_docs_js, false, false, "docsScript",
+     "Swagger UI's script, for /docs", NULL, NULL, NULL, 0},
+    {"GET", "/docs/swagger-ui.css", h_docs_css, false, false, "docsStyle",
+     "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0},
     {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
      "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY},

@@ -52,8 +52,11 @@ def test_no_external_resource_or_link(page):
     assert not re.search(r"url\(\s*['\"]?\s*(?:https?:)?//", html, re.IGNORECASE)
 
 
-def test_every_fetch_is_relative(page):
-    path, r = page
+def test_every_fetch_is_relative(client):
+    """The console's own fetches (/docs has none: Swagger UI loads
+    /openapi.json, test_docs_loads_swagger_ui_from_this_server)."""
+    path = "/admin"
+    r = client.get(path, auth=False)
     html = r.raw.decode("utf-8")
     calls = re.findall(r"\bfetch\(\s*([^,)]*)", html)
     assert calls, f"{path}: expected the page to call fetch()"
@@ -82,3 +85,23 @@ def test_console_keeps_the_token_in_session_storage_only(client):
     # Every path the console calls is a same-origin API path.
     for url in re.findall(r"""api\(\s*'[A-Z]+',\s*[`'"]([^`'"]*)""", html):
         assert url.startswith("/api/v1/"), url
+
+
+def test_docs_loads_swagger_ui_from_this_server(client):
+    """/docs is Swagger UI (npm swagger-ui-dist, compiled in) over
+    /openapi.json; its script and stylesheet come from this server, and
+    its validator (a call to an outside service) is off. The browser test
+    drives it and fails on any request that leaves loopback."""
+    html = client.get("/docs", auth=False).raw.decode("utf-8")
+    assert '<script src="/docs/swagger-ui-bundle.js"></script>' in html
+    assert '<link rel="stylesheet" href="/docs/swagger-ui.css">' in html
+    assert "url: '/openapi.json'" in html and "validatorUrl: null" in html
+    js = client.get("/docs/swagger-ui-bundle.js", auth=False)
+    assert js.status == 200 and js.content_type == "text/javascript; charset=utf-8", js
+    assert b"SwaggerUIBundle" in js.raw and len(js.raw) > 500_000
+    assert js.headers.get("Cache-Control") == "public, max-age=3600", js.headers
+    dist = REPO / "web" / "api-viewer" / "node_modules" / "swagger-ui-dist"
+    assert js.raw == (dist / "swagger-ui-bundle.js").read_bytes(), "not the pinned bundle"
+    css = client.get("/docs/swagger-ui.css", auth=False)
+    assert css.status == 200 and css.content_type == "text/css; charset=utf-8", css
+    assert css.raw == (dist / "swagger-ui.css").read_bytes()
