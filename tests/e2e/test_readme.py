@@ -6,6 +6,7 @@ Each curl fails the run on an HTTP error (--fail-with-body), so a block
 that drifts from the API fails here."""
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -43,3 +44,12 @@ def test_the_readme_blocks_run_in_order(daemon_factory):
     assert '"stdout":"v1\\n"' in out, out          # the template seen from the other sandbox
     assert '{"cancelled":true}' in out, out
     assert '"status":"RELEASED"' in out, out
+    # The background server answered the next command, and Go compiled
+    # where the host has Go (make test installs Debian's golang-go).
+    assert '"exec_id":"serve","status":"SUCCEEDED"' in out, out
+    assert '"exec_id":"fetch","status":"SUCCEEDED","exit_code":0,"stdout":"hello\\n\\n"' in out, out
+    if shutil.which("go"):
+        assert '"stdout":"hello from go\\n"' in out, out
+    else:
+        assert '"exec_id":"go-run","status":"FAILED"' in out, out
+    assert '"exec_id":"pip","status":"SUCCEEDED","exit_code":0,"stdout":"pip ' in out, out
