@@ -155,6 +155,10 @@ def test_every_route_lists_the_errors_it_can_answer(spec):
                     assert f"`{code}`" in r["description"], (where, status, code)
             if op.get("security"):
                 assert "SANDBOX_UNAUTHORIZED" in errors["401"]["x-error-codes"], where
+            # Every API operation that answers JSON shows an example answer.
+            ok = op["responses"]["200"].get("content", {}).get("application/json")
+            if path.startswith("/api/v1/") and ok and not path.endswith("mcp/streamable-http"):
+                assert ok.get("example") is not None, f"{where} has no response example"
             if "requestBody" in op:
                 assert "422" in errors, f"{where} takes a body but lists no 422"
                 assert op["requestBody"]["content"]["application/json"].get("example") is not None \
