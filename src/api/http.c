@@ -317,18 +317,27 @@ static void note_unknown_fields(struct conn_state *st, const json_t *body)
     {
         if (json_object_get(known, name))
             continue;
-        if (!st->warnings && !(st->warnings = json_array()))
+        if (st->warnings && json_array_size(st->warnings) >= 20)
             return;
-        if (json_array_size(st->warnings) >= 20)
-            return;
+        /* At most 64 bytes of the name, cut at a character boundary (a
+         * cut inside one would make the text invalid UTF-8). */
+        int n = (int)strlen(name);
+        if (n > 64)
+            for (n = 64; n > 0 && ((unsigned char)name[n] & 0xC0) == 0x80; n--)
+                ;
         char text[256];
         const char *like = likely_field(known, name);
         if (like)
-            snprintf(text, sizeof(text), "unknown field '%.64s' was ignored (did you mean '%s'?)",
-                     name, like);
+            snprintf(text, sizeof(text), "unknown field '%.*s' was ignored (did you mean '%s'?)",
+                     n, name, like);
         else
-            snprintf(text, sizeof(text), "unknown field '%.64s' was ignored", name);
-        json_array_append_new(st->warnings, json_string(text));
+            snprintf(text, sizeof(text), "unknown field '%.*s' was ignored", n, name);
+        json_t *warning = json_string(text);
+        if (!warning || (!st->warnings && !(st->warnings = json_array()))) {
+            json_decref(warning);
+            return;
+        }
+        json_array_append_new(st->warnings, warning);
     }
 }
 

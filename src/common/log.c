@@ -10,9 +10,18 @@ static enum sl_log_level min_level = SL_LOG_INFO;
 static enum sl_log_format format = SL_LOG_TEXT;
 static const char *const LEVEL_NAMES[] = {"debug", "info", "warn", "error"};
 
-void sl_log_set_level(enum sl_log_level level) { min_level = level; }
-void sl_log_set_format(enum sl_log_format f) { format = f; }
-bool sl_log_enabled(enum sl_log_level level) { return level >= min_level; }
+void sl_log_set_level(enum sl_log_level level)
+{
+    min_level = level;
+}
+void sl_log_set_format(enum sl_log_format f)
+{
+    format = f;
+}
+bool sl_log_enabled(enum sl_log_level level)
+{
+    return level >= min_level;
+}
 
 int sl_log_parse_level(const char *name, enum sl_log_level *out)
 {
@@ -34,21 +43,31 @@ struct line {
     size_t n;
 };
 
+/* Room kept at the end of every line for its closing ("}, and the NUL):
+ * a long line is cut inside a value, never left without its end. */
+#define LINE_TAIL 4
+/* The longest value a field shows; longer ones are cut (a sandbox
+ * chooses its argv[0], for one). */
+#define VALUE_MAX 512
+
 static void put(struct line *l, const char *s, size_t len)
 {
-    size_t room = sizeof(l->buf) - 1 - l->n;
+    size_t room = sizeof(l->buf) - LINE_TAIL - l->n;
     if (len > room)
         len = room;
     memcpy(l->buf + l->n, s, len);
     l->n += len;
 }
 
-static void puts_(struct line *l, const char *s) { put(l, s, strlen(s)); }
+static void puts_(struct line *l, const char *s)
+{
+    put(l, s, strlen(s));
+}
 
 static void putf(struct line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(struct line *l, const char *fmt, ...)
 {
-    size_t room = sizeof(l->buf) - l->n;
+    size_t room = sizeof(l->buf) - LINE_TAIL - l->n;
     va_list ap;
     va_start(ap, fmt);
     int w = vsnprintf(l->buf + l->n, room, fmt, ap);
@@ -57,19 +76,41 @@ static void putf(struct line *l, const char *fmt, ...)
         l->n += (size_t)w < room ? (size_t)w : room - 1;
 }
 
-/* JSON string contents; control characters as \u00XX. */
-static void put_json_escaped(struct line *l, const char *s)
+static size_t room(const struct line *l)
 {
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    return sizeof(l->buf) - LINE_TAIL - l->n;
+}
+
+/* A JSON string, quotes included: control characters as \u00XX, at most
+ * `max` bytes of s (cut at a character boundary). When the line runs
+ * out of room it is cut there too, and still closed: the closing quote
+ * always fits (room is checked before every character). */
+static void put_json_string(struct line *l, const char *s, size_t max)
+{
+    put(l, "\"", 1);
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++) {
+        char e[8];
+        size_t len = 1;
         if (*p == '"' || *p == '\\') {
-            char e[2] = {'\\', (char)*p};
-            put(l, e, 2);
+            e[0] = '\\';
+            e[1] = (char)*p;
+            len = 2;
         } else if (*p < 0x20) {
-            putf(l, "\\u%04x", *p);
+            len = (size_t)snprintf(e, sizeof(e), "\\u%04x", *p);
         } else {
-            put(l, (const char *)p, 1);
+            e[0] = (char)*p;
         }
+        bool boundary = (*p & 0xC0) != 0x80;
+        if (boundary && (n >= max || room(l) < len + 4)) {
+            put(l, "...", room(l) >= 4 ? 3 : 0);
+            break;
+        }
+        if (room(l) < len + 1)
+            break; /* inside a character: it is cut with the line */
+        put(l, e, len);
     }
+    l->buf[l->n++] = '"'; /* within LINE_TAIL */
 }
 
 /* A text value: bare when it is one plain word, else quoted with \" and
@@ -85,7 +126,12 @@ static void put_text_value(struct line *l, const char *s)
         return;
     }
     put(l, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++, n++) {
+        if (n >= VALUE_MAX && (*p & 0xC0) != 0x80) {
+            put(l, "...", 3);
+            break;
+        }
         if (*p == '"' || *p == '\\') {
             char e[2] = {'\\', (char)*p};
             put(l, e, 2);
@@ -117,8 +163,9 @@ static void begin(struct line *l, enum sl_log_level level)
 /* One write per line keeps lines whole across threads. */
 static void finish(struct line *l)
 {
+    /* The tail kept free by put(): a cut line still closes. */
     if (format == SL_LOG_JSON)
-        puts_(l, "}");
+        l->buf[l->n++] = '}';
     l->buf[l->n] = '\0';
     fprintf(stderr, "%s\n", l->buf);
 }
@@ -135,9 +182,8 @@ void sl_log(enum sl_log_level level, const char *fmt, ...)
     struct line l;
     begin(&l, level);
     if (format == SL_LOG_JSON) {
-        puts_(&l, ",\"msg\":\"");
-        put_json_escaped(&l, msg);
-        puts_(&l, "\"");
+        puts_(&l, ",\"msg\":");
+        put_json_string(&l, msg, sizeof(msg));
     } else {
         /* A message is the service's own text; a newline in it (from an
          * error string) still may not start a new line. */
@@ -162,14 +208,15 @@ void sl_log_event(enum sl_log_level level, const char *event, const struct sl_lo
             const struct sl_log_field *f = &fields[i];
             if (!f->str && !f->is_num)
                 continue;
+            /* A field starts only with room for its key and a short value:
+             * the line stays valid JSON, losing its last fields. */
+            if (room(&l) < strlen(f->key) + 32)
+                break;
             putf(&l, ",\"%s\":", f->key);
-            if (f->str) {
-                puts_(&l, "\"");
-                put_json_escaped(&l, f->str);
-                puts_(&l, "\"");
-            } else {
+            if (f->str)
+                put_json_string(&l, f->str, VALUE_MAX);
+            else
                 putf(&l, "%lld", (long long)f->num);
-            }
         }
     } else {
         puts_(&l, event);

@@ -74,6 +74,7 @@ static int save_token(const char *path, const char *token, struct sl_error *err)
         return sl_error_errno(err, SL_E_CONFIG, "SANDBOX_INTERNAL_TOKEN_FILE: cannot create %s",
                               tmp);
     size_t len = strlen(token);
+    errno = EIO; /* what a short write reports */
     bool ok = fchmod(fd, 0600) == 0 && write(fd, token, len) == (ssize_t)len &&
               write(fd, "\n", 1) == 1 && fsync(fd) == 0;
     int saved = errno;
@@ -104,8 +105,15 @@ int sl_token_file_load(const char *path, const char *fresh, char **token, bool *
     r = save_token(path, fresh, err);
     if (r < 0)
         return -1;
-    if (r == 1) /* another start saved one first: that one is the token */
-        return read_token(path, token, err) == 0 ? 0 : -1;
+    if (r == 1) { /* another start saved one first: that one is the token */
+        r = read_token(path, token, err);
+        if (r == 1)
+            return sl_error_set(err, SL_E_CONFIG, 0,
+                                "SANDBOX_INTERNAL_TOKEN_FILE: %s appeared and went away while "
+                                "being saved",
+                                path);
+        return r;
+    }
     *created = true;
     if (!(*token = strdup(fresh)))
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");

@@ -91,6 +91,7 @@ struct sl_rt_exec {
     /* guarded by sup.lock */
     bool finished, queued, cancel_requested, kill_now;
     struct sl_rt_exec *queue_next, *prev, *next;
+    struct sl_rt_exec *reap_next; /* finished: released after the epoll batch */
 };
 
 struct rt_supervisor {
@@ -108,6 +109,10 @@ struct rt_supervisor {
      * and discarded (supervisor thread only; supervise.c). */
     struct rt_drain *drains;
     size_t n_drains;
+    /* Executions finished during the current epoll batch: their last
+     * reference is dropped after it, since later events of the same batch
+     * may still point at them (supervisor thread only). */
+    struct sl_rt_exec *reap;
 };
 
 struct sl_runtime {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/util.h"
 
 #define HOST_PYTHON "/usr/bin/python3"
 #define VENV "python-venv"
@@ -61,16 +62,22 @@ static int write_owned(int dirfd, const char *name, const char *text, mode_t mod
     if (fd < 0)
         return errno == EEXIST ? 0 : -1;
     size_t len = strlen(text);
-    if (write(fd, text, len) != (ssize_t)len || fchown(fd, uid, uid) < 0 || fchmod(fd, mode) < 0)
+    if (write(fd, text, len) != (ssize_t)len || fchown(fd, uid, uid) < 0 || fchmod(fd, mode) < 0) {
+        int saved = errno ? errno : EIO;
+        (void)unlinkat(dirfd, name, 0);
+        errno = saved;
         return -1;
+    }
     return 0;
 }
 
+/* Links stay root's: a link's owner does not matter (the directory is the
+ * sandbox user's, who may remove it), and changing it by name as root
+ * could be raced into changing something else. */
 static int link_owned(int dirfd, const char *target, const char *name, uid_t uid)
 {
-    if (symlinkat(target, dirfd, name) < 0)
-        return errno == EEXIST ? 0 : -1;
-    return fchownat(dirfd, name, uid, uid, AT_SYMLINK_NOFOLLOW);
+    (void)uid;
+    return symlinkat(target, dirfd, name) < 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* bin/: the interpreter as the venv module links it, and pip launchers. */
@@ -118,6 +125,56 @@ static int make_lib(int venv_fd, const char *ver, uid_t uid)
     return link_owned(venv_fd, "lib", "lib64", uid);
 }
 
+/* What make_venv writes, for removing a half-made one. */
+static void remove_venv(int envs, const char *name, const char *ver)
+{
+    _cleanup_close_ int venv = openat(envs, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (venv >= 0) {
+        char py[32], pip_v[32];
+        snprintf(py, sizeof(py), "python%s", ver);
+        snprintf(pip_v, sizeof(pip_v), "pip%s", ver);
+        _cleanup_close_ int bin =
+            openat(venv, "bin", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        const char *files[] = {"python3", "python", py, "pip", "pip3", pip_v, "activate"};
+        for (size_t i = 0; bin >= 0 && i < sizeof(files) / sizeof(files[0]); i++)
+            (void)unlinkat(bin, files[i], 0);
+        (void)unlinkat(venv, "bin", AT_REMOVEDIR);
+        _cleanup_close_ int lib =
+            openat(venv, "lib", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (lib >= 0) {
+            _cleanup_close_ int pydir =
+                openat(lib, py, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (pydir >= 0)
+                (void)unlinkat(pydir, "site-packages", AT_REMOVEDIR);
+            (void)unlinkat(lib, py, AT_REMOVEDIR);
+        }
+        (void)unlinkat(venv, "lib", AT_REMOVEDIR);
+        (void)unlinkat(venv, "lib64", 0);
+        (void)unlinkat(venv, "pyvenv.cfg", 0);
+    }
+    (void)unlinkat(envs, name, AT_REMOVEDIR);
+}
+
+static int make_venv(int envs, const char *name, const char *ver, uid_t uid)
+{
+    _cleanup_close_ int venv = -1;
+    if (mkdirat(envs, name, 0755) < 0 ||
+        (venv = openat(envs, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+        fchown(venv, uid, uid) < 0)
+        return -1;
+    char cfg[256];
+    snprintf(cfg, sizeof(cfg),
+             "home = /usr/bin\n"
+             "include-system-site-packages = true\n"
+             "version = %s\n"
+             "executable = " HOST_PYTHON "\n",
+             ver);
+    if (make_bin(venv, ver, uid) < 0 || make_lib(venv, ver, uid) < 0 ||
+        write_owned(venv, "pyvenv.cfg", cfg, 0644, uid) < 0)
+        return -1;
+    return 0;
+}
+
 int sl_pyvenv_ensure(int sandbox_root_fd, uid_t uid, struct sl_error *err)
 {
     const char *ver = sl_pyvenv_python_version();
@@ -128,21 +185,29 @@ int sl_pyvenv_ensure(int sandbox_root_fd, uid_t uid, struct sl_error *err)
     if (envs < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot open the sandbox's envs directory");
     struct stat st;
-    if (fstatat(envs, VENV "/pyvenv.cfg", &st, AT_SYMLINK_NOFOLLOW) == 0)
-        return 0; /* made before, or the user's own */
-    _cleanup_close_ int venv = mkdir_owned(envs, VENV, uid);
-    if (venv < 0)
+    if (fstatat(envs, VENV, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        return 0; /* made before, or the user's own: left as it is */
+    /* Made complete under a name of its own, then renamed into place, so
+     * neither a failure half-way nor two commands making it at once leave
+     * a half environment at /envs/python-venv. */
+    char tmp[64], hex[17];
+    if (sl_random_hex(hex, 8) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "no randomness");
+    snprintf(tmp, sizeof(tmp), "." VENV ".%s", hex);
+    if (make_venv(envs, tmp, ver, uid) < 0) {
+        int saved = errno;
+        remove_venv(envs, tmp, ver);
+        errno = saved;
         return sl_error_errno(err, SL_E_RUNTIME, "cannot make %s", VENV_ROOT);
-    char cfg[256];
-    snprintf(cfg, sizeof(cfg),
-             "home = /usr/bin\n"
-             "include-system-site-packages = true\n"
-             "version = %s\n"
-             "executable = " HOST_PYTHON "\n",
-             ver);
-    /* pyvenv.cfg last: its presence says the environment is complete. */
-    if (make_bin(venv, ver, uid) < 0 || make_lib(venv, ver, uid) < 0 ||
-        write_owned(venv, "pyvenv.cfg", cfg, 0644, uid) < 0)
-        return sl_error_errno(err, SL_E_RUNTIME, "cannot make %s", VENV_ROOT);
+    }
+    if (renameat(envs, tmp, envs, VENV) < 0) {
+        int saved = errno;
+        remove_venv(envs, tmp, ver);
+        /* Another command made it first, or the user put something there. */
+        if (saved == ENOTEMPTY || saved == EEXIST || saved == ENOTDIR)
+            return 0;
+        errno = saved;
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot put %s in place", VENV_ROOT);
+    }
     return 0;
 }

@@ -47,13 +47,14 @@ enum { PH_RUN, PH_TERM, PH_KILL, PH_LINGER };
 #define LINGER_MS 50
 /* Drained pipes per sandbox uid and in all: each costs one descriptor
  * for as long as the job holding it lives. Past the bound the pipe is
- * closed, and the job's next write to it fails (EPIPE). */
+ * closed, and the job's next write to it raises SIGPIPE, which ends a job
+ * that does not ignore it. */
 #define DRAINS_PER_UID 32
 #define DRAINS_MAX 4096
 
 /* One pipe of a finished command that a background job still holds. Read
- * and discarded so the job never blocks on a full pipe and never gets
- * EPIPE for writing to a log nobody reads; closed at EOF, when the job
+ * and discarded so the job never blocks on a full pipe nor dies of
+ * SIGPIPE for writing to a log nobody reads; closed at EOF, when the job
  * (or its whole session, at suspend, release or idle stop) is gone. */
 struct rt_drain {
     struct rt_tag tag; /* first: epoll's data points here */
@@ -254,6 +255,9 @@ static void on_drain(struct sl_runtime *rt, struct rt_drain *d)
     }
 }
 
+/* Defined with the event handlers below. */
+static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, struct sl_buf *buf);
+
 static void finish(struct sl_rt_exec *x)
 {
     struct sl_runtime *rt = x->rt;
@@ -266,7 +270,14 @@ static void finish(struct sl_rt_exec *x)
     struct sl_rt_exec_result *res = &x->res;
     if (x->phase == PH_LINGER) {
         /* The command ended by itself; what it left running keeps its
-         * output pipes, now drained instead of read into the answer. */
+         * output pipes, now drained instead of read into the answer. What
+         * is already in them (the command's last words, a busy supervisor
+         * may not have read yet) goes into the answer first. */
+        /* One drain empties a default pipe (CHUNKS_PER_EVENT x 64 KiB). */
+        if (x->out_fd >= 0)
+            drain(rt, x, &x->out_fd, &x->res.out);
+        if (x->err_fd >= 0)
+            drain(rt, x, &x->err_fd, &x->res.err);
         drain_adopt(rt, x->uid, &x->out_fd);
         drain_adopt(rt, x->uid, &x->err_fd);
     } else if ((x->out_fd >= 0 || x->err_fd >= 0) && x->exited) {
@@ -324,7 +335,19 @@ static void finish(struct sl_rt_exec *x)
     }
     x->done(res, x->ctx); /* the callback owns *res now */
     list_remove(rt, x);
-    sl_rt_exec_put(x);
+    /* The supervisor's reference goes after this epoll batch (reap_all):
+     * another event of the batch may still name x. */
+    x->reap_next = rt->sup.reap;
+    rt->sup.reap = x;
+}
+
+static void reap_all(struct sl_runtime *rt)
+{
+    while (rt->sup.reap) {
+        struct sl_rt_exec *x = rt->sup.reap;
+        rt->sup.reap = x->reap_next;
+        sl_rt_exec_put(x);
+    }
 }
 
 static bool complete(const struct sl_rt_exec *x)
@@ -456,8 +479,10 @@ static void *supervisor_main(void *arg)
         for (int i = 0; i < n; i++) {
             struct rt_tag *t = ev[i].data.ptr;
             if (!t) {
-                if (atomic_load(&rt->sup.stopping))
+                if (atomic_load(&rt->sup.stopping)) {
+                    reap_all(rt);
                     return NULL;
+                }
                 take_requests(rt);
                 continue;
             }
@@ -490,6 +515,7 @@ static void *supervisor_main(void *arg)
             if (!x->finished && complete(x))
                 finish(x);
         }
+        reap_all(rt);
     }
 }
 

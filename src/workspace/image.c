@@ -68,7 +68,8 @@ static const char *field(const char *line, const char *end, int n, size_t *len)
     }
 }
 
-int ws_mountinfo_source(const char *mountinfo, const char *mountpoint, char *src, size_t src_size)
+int ws_mountinfo_source(const char *mountinfo, const char *mountpoint, char *src, size_t src_size,
+                        char *root, size_t root_size)
 {
     int found = 0;
     for (const char *line = mountinfo; *line;) {
@@ -86,6 +87,9 @@ int ws_mountinfo_source(const char *mountinfo, const char *mountpoint, char *src
                 return -1;
             const char *s = field(sep + 3, end, 1, &len);
             if (!s || unescape_field(s, len, src, src_size) < 0)
+                return -1;
+            const char *r = root ? field(line, end, 3, &len) : NULL;
+            if (root && (!r || unescape_field(r, len, root, root_size) < 0))
                 return -1;
             found = 1; /* keep going: a later line is mounted on top */
         }
@@ -107,16 +111,18 @@ static int read_text(const char *path, char **out)
     return n < 0 ? -1 : 0;
 }
 
-/* The loop device mounted at `mountpoint` if its backing file is `image`:
- * 1 (and its name in loop), 0 not mounted, -1 mounted from elsewhere
- * (its source in loop). */
-static int mounted_from(const char *mountpoint, const char *image, char *loop, size_t size)
+/* What is mounted at `mountpoint`: 1 this image's subvolume `subvol`
+ * (its name in loop), 2 this image but another part of it (the top, left
+ * by a start killed half-way), 0 nothing, -1 something else (its source
+ * in loop). */
+static int mounted_from(const char *mountpoint, const char *image, const char *subvol, char *loop,
+                        size_t size)
 {
     _cleanup_free_ char *info = NULL;
     if (read_text("/proc/self/mountinfo", &info) < 0)
         return 0;
-    char src[PATH_MAX];
-    int r = ws_mountinfo_source(info, mountpoint, src, sizeof(src));
+    char src[PATH_MAX], root[PATH_MAX];
+    int r = ws_mountinfo_source(info, mountpoint, src, sizeof(src), root, sizeof(root));
     if (r <= 0)
         return 0;
     snprintf(loop, size, "%s", src);
@@ -128,7 +134,9 @@ static int mounted_from(const char *mountpoint, const char *image, char *loop, s
     if (read_text(sys, &backing) < 0)
         return -1;
     backing[strcspn(backing, "\n")] = '\0';
-    return strcmp(backing, image) == 0 ? 1 : -1;
+    if (strcmp(backing, image) != 0)
+        return -1;
+    return root[0] == '/' && strcmp(root + 1, subvol) == 0 ? 1 : 2;
 }
 
 /* mkfs.btrfs from btrfs-progs, where Debian puts it (the daemon's PATH
@@ -271,16 +279,20 @@ static int make_subvolume(int dirfd, const char *name, struct sl_error *err)
     return 0;
 }
 
-/* With the top of the filesystem mounted at `at` for a moment: the two
- * subvolumes (first start), and the filesystem grown to the device. */
-static int prepare_top(const char *loop, const char *at, struct sl_error *err)
+/* With the top of the filesystem mounted for a moment on a directory of
+ * its own beside the image (never on a root, where a crash would leave
+ * it to be taken for a subvolume): the two subvolumes (first start), and
+ * the filesystem grown to the device. */
+static int prepare_top(const char *loop, const char *image, struct sl_error *err)
 {
-    if (mount(loop, at, "btrfs", IMAGE_MOUNT_FLAGS, "nodiscard") < 0)
-        return sl_error_errno(err, SL_E_CONFIG, "cannot mount the workspace image (%s) at %s", loop,
-                              at);
+    char at[PATH_MAX];
+    if (snprintf(at, sizeof(at), "%s.top-XXXXXX", image) >= (int)sizeof(at) || !mkdtemp(at))
+        return sl_error_errno(err, SL_E_CONFIG, "cannot make a directory beside %s", image);
     int rc = 0;
-    int fd = open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
+    if (mount(loop, at, "btrfs", IMAGE_MOUNT_FLAGS, "nodiscard") < 0)
+        rc = sl_error_errno(err, SL_E_CONFIG, "cannot mount the workspace image (%s)", loop);
+    int fd = rc == 0 ? open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (rc == 0 && fd < 0)
         rc = sl_error_errno(err, SL_E_CONFIG, "cannot open the workspace image's top");
     if (rc == 0)
         rc = make_subvolume(fd, SUBVOL_SANDBOXES, err);
@@ -296,8 +308,9 @@ static int prepare_top(const char *loop, const char *at, struct sl_error *err)
     }
     if (fd >= 0)
         close(fd);
-    if (umount2(at, 0) < 0 && rc == 0)
-        rc = sl_error_errno(err, SL_E_CONFIG, "cannot unmount the workspace image's top");
+    /* Lazily: nothing else holds it, and the directory goes at once. */
+    (void)umount2(at, MNT_DETACH);
+    (void)rmdir(at);
     return rc;
 }
 
@@ -381,14 +394,21 @@ int ws_image_open(const char *path, int64_t bytes, const char *workspace_root,
 
     /* Mounts a previous run left (kill -9): adopted when they are ours. */
     char ws_src[PATH_MAX] = "", tpl_src[PATH_MAX] = "";
-    int ws_m = mounted_from(out->workspace_root, image, ws_src, sizeof(ws_src));
-    int tpl_m = mounted_from(out->template_root, image, tpl_src, sizeof(tpl_src));
-    if (ws_m < 0 || tpl_m < 0)
+    int ws_m = mounted_from(out->workspace_root, image, SUBVOL_SANDBOXES, ws_src, sizeof(ws_src));
+    int tpl_m = mounted_from(out->template_root, image, SUBVOL_TEMPLATES, tpl_src, sizeof(tpl_src));
+    /* This image, but not the subvolume a root gets (its top, mounted by
+     * an older build or a start killed half-way): taken down, then
+     * mounted as it should be below. */
+    if (ws_m == 2 && umount2(out->workspace_root, MNT_DETACH) == 0)
+        ws_m = 0;
+    if (tpl_m == 2 && umount2(out->template_root, MNT_DETACH) == 0)
+        tpl_m = 0;
+    if (ws_m < 0 || tpl_m < 0 || ws_m == 2 || tpl_m == 2)
         return sl_error_set(err, SL_E_CONFIG, 0,
                             "SANDBOX_WORKSPACE_IMAGE_BYTES: %s is already a mount of %s, not of "
                             "the workspace image: unmount it or unset the image",
-                            ws_m < 0 ? out->workspace_root : out->template_root,
-                            ws_m < 0 ? ws_src : tpl_src);
+                            ws_m < 0 || ws_m == 2 ? out->workspace_root : out->template_root,
+                            ws_m < 0 || ws_m == 2 ? ws_src : tpl_src);
     if (ws_m == 1 && tpl_m == 1) {
         out->mounted = out->adopted = true;
         snprintf(out->loop, sizeof(out->loop), "%s", ws_src);
@@ -439,7 +459,7 @@ int ws_image_open(const char *path, int64_t bytes, const char *workspace_root,
         snprintf(out->loop, sizeof(out->loop), "%s", ws_m == 1 ? ws_src : tpl_src);
     } else {
         loop_fd = attach_loop(image_fd, out->loop, sizeof(out->loop), err);
-        if (loop_fd < 0 || prepare_top(out->loop, out->workspace_root, err) < 0)
+        if (loop_fd < 0 || prepare_top(out->loop, image, err) < 0)
             return -1;
     }
     if (tpl_m != 1 && mount_subvolume(out->loop, SUBVOL_TEMPLATES, out->template_root, err) < 0)

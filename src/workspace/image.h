@@ -64,8 +64,10 @@ bool ws_image_usable(char *why, size_t size);
 void ws_image_close(struct ws_image *img);
 
 /* The source of the topmost mount at `mountpoint` in a mountinfo text
- * (proc(5) format, octal escapes undone), into src. 1 found, 0 none,
- * -1 malformed or too long. Pure: the unit tests drive it. */
-int ws_mountinfo_source(const char *mountinfo, const char *mountpoint, char *src, size_t src_size);
+ * (proc(5) format, octal escapes undone), into src, and (root not NULL)
+ * the part of its filesystem mounted there. 1 found, 0 none, -1 malformed
+ * or too long. Pure: the unit tests drive it. */
+int ws_mountinfo_source(const char *mountinfo, const char *mountpoint, char *src, size_t src_size,
+                        char *root, size_t root_size);
 
 #endif

@@ -168,3 +168,29 @@ def test_no_room_to_reserve_is_refused_and_leaves_nothing(daemon_factory):
         assert sorted(p.name for p in Path(small).iterdir()) == ["sandboxes", "state",
                                                                  "templates"], \
             list(Path(small).iterdir())
+
+
+def test_the_image_top_left_mounted_on_a_root_is_replaced(daemon_factory, state):
+    """A start killed while the image's top was mounted (or an operator's
+    `mount -o loop`): the top is not taken for the sandboxes subvolume."""
+    d = daemon_factory(image_env(512 * MiB), state_dir=state)
+    sb = new_sandbox(d)
+    assert sb.write("/workspace/kept.txt", "x").status == 200
+    assert d.stop() == 0
+    image = state / "sandboxes.img"
+    subprocess.run(["mount", "-o", "loop,nodiscard", str(image), str(state / "sandboxes")],
+                   check=True)
+    d = daemon_factory(image_env(512 * MiB), state_dir=state, port=d.port)
+    roots = {}
+    for line in open("/proc/self/mountinfo"):
+        f = line.split()
+        if f[4] in (str(state / "sandboxes"), str(state / "templates")):
+            roots[f[4]] = f[3]  # the topmost wins
+    assert roots == {str(state / "sandboxes"): "/sandboxes",
+                     str(state / "templates"): "/templates"}, roots
+    sb = Sandbox(d.client(), sb.id, sb.scope)
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    assert sb.read_bytes("/workspace/kept.txt") == b"x"
+    assert d.stop() == 0
+    assert loops_of(image) == [], loops_of(image)
+    assert not list(state.glob("sandboxes.img.top-*")), "the top's directory was left"
