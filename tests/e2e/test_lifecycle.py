@@ -251,9 +251,12 @@ def test_lifecycle_walk(daemon, client, new_sandbox):
     r = sb.list("/workspace")
     assert r.status == 200, r
     assert r.body["entries"] == [] and r.body["total"] == 0, f"workspace must be empty: {r!r}"
-    r = sb.exec(["sh", "-c", "ls -A /cache /envs; ls -A /home/sandbox | grep -vx .profile; true"])
+    # Empty but for what the service makes before a command: the login
+    # profile and the python toolchain's environment (made anew here).
+    r = sb.exec(["sh", "-c", "ls -A /cache /envs; ls -A /home/sandbox | grep -vx .profile; "
+                             "ls -A /envs/python-venv/lib/python3*/site-packages; true"])
     assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
-    assert r.body["stdout"].split() == ["/cache:", "/envs:"], \
+    assert r.body["stdout"].split() == ["/cache:", "/envs:", "python-venv"], \
         f"a new generation starts with empty directories: {r.body['stdout']!r}"
     r = sb.audit()
     assert r.body["lifecycle_count"] == 2 and len(r.body["history"]) == 1, r

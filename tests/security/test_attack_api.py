@@ -270,5 +270,10 @@ for pid in kids:
           f"2 s, {alive_late} after 8 s; host latency max {max(latencies) * 1000:.0f} ms")
     assert alive_early <= 32, rows
     assert alive_late == 0, rows
+    # The wave's 6,000 connections never finish a request, so they add no
+    # access line; what they may add (refusals, timeouts) is rate-limited.
+    # The test's own requests and commands log one line each, as usual.
     log = d.stderr()[log_before:]
-    assert len(log.splitlines()) < 40, log[-3000:]
+    own = (" info access ", " info exec_start ", " info exec_end ")
+    from_the_wave = [l for l in log.splitlines() if not any(o in l for o in own)]
+    assert len(from_the_wave) < 40, "\n".join(from_the_wave[-40:])

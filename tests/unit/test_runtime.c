@@ -334,7 +334,9 @@ static void test_timeout(void **state)
     struct sl_rt_exec_result res;
     run_full(rt_auto, sandbox_root, SANDBOX_UID, sleep_argv, "/workspace", 1, 1024, &res);
     assert_true(res.timed_out);
-    assert_int_equal(res.exit_code, -9);
+    /* Killed while being built (-9), or just after the command started
+     * when the build was faster than the timer (-15 then). */
+    assert_true(res.exit_code == -9 || res.exit_code == -15);
     sl_rt_exec_result_free(&res);
 }
 
@@ -605,7 +607,11 @@ static void test_only_stdio_open(void **state)
 {
     (void)state;
     struct sl_rt_exec_result res;
-    run_sh(rt_auto, "ls /proc/1/fd | tr '\\n' ' '; echo; ls /proc/$$/fd | tr '\\n' ' '; true",
+    /* The shell is looked at while it waits: when it starts a pipeline or
+     * a redirection itself, it holds a pipe or a saved descriptor for a
+     * moment, and a look then could see it. */
+    run_sh(rt_auto,
+           "ls /proc/1/fd | tr '\\n' ' '; echo; (sleep 0.2; ls /proc/$$/fd | tr '\\n' ' ') & wait",
            &res);
     assert_string_equal(text(&res.out), "0 1 2 \n0 1 2 ");
     sl_rt_exec_result_free(&res);
