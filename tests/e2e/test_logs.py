@@ -36,7 +36,9 @@ def wait_for(d, text, timeout=5):
 def test_text_lines_say_what_happened(daemon_factory):
     d = daemon_factory()
     session(d)
-    err = wait_for(d, "route=/api/v1/sandboxes/{sandbox_id}/files")
+    # The 401 is the session's last request: its line is written once the
+    # answer is sent, so wait for it.
+    err = wait_for(d, "code=SANDBOX_UNAUTHORIZED")
     lines = err.splitlines()
     access = [l for l in lines if " info access " in l or " warn access " in l]
     assert any("method=POST route=/api/v1/sandboxes/resolve status=200" in l for l in access), err
@@ -61,7 +63,7 @@ def test_text_lines_say_what_happened(daemon_factory):
 def test_json_lines_parse_one_by_one(daemon_factory):
     d = daemon_factory({"SANDBOX_LOG_FORMAT": "json", "SANDBOX_LOG_LEVEL": "debug"})
     session(d)
-    err = wait_for(d, "/files")
+    err = wait_for(d, '"code":"SANDBOX_UNAUTHORIZED"')
     events = []
     for line in err.splitlines():
         doc = json.loads(line)          # every stderr line is one JSON object
