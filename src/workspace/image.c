@@ -21,6 +21,7 @@
 
 #include "common/cleanup.h"
 #include "common/log.h"
+#include "workspace/layout.h"
 
 extern char **environ;
 
@@ -324,24 +325,6 @@ static int mount_subvolume(const char *loop, const char *subvol, const char *at,
     return 0;
 }
 
-static int mkdir_parents(const char *path, mode_t mode)
-{
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, mode) < 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, mode) < 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Whether a root holds nothing the image's mount would hide. The empty
  * directories the daemon itself makes at every start (.trash, .staging)
  * are removed on the way; anything else makes it false. */
@@ -370,7 +353,7 @@ static bool root_ready_for_mount(const char *root)
 /* Both roots exist and their real paths (mountinfo names real paths). */
 static int resolve_root(const char *root, const char *name, char *out, struct sl_error *err)
 {
-    if (mkdir_parents(root, 0755) < 0 || !realpath(root, out))
+    if (ws_mkdir_p(root, 0755) < 0 || !realpath(root, out))
         return sl_error_errno(err, SL_E_CONFIG, "cannot create the %s %s", name, root);
     return 0;
 }

@@ -22,7 +22,7 @@ static const char *const SANDBOX_SUBDIRS[] = {"workspace", "home", "cache", "env
  * anyway so a lock file can never be swapped for a link by the sandbox. */
 static const char *const SERVICE_SUBDIRS[] = {".exec-locks", ".file-locks"};
 
-static int mkdir_p(const char *path, mode_t mode)
+int ws_mkdir_p(const char *path, mode_t mode)
 {
     char buf[PATH_MAX];
     if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
@@ -47,7 +47,7 @@ int ws_root_prepare(const char *workspace_root, struct sl_error *err)
     struct stat st;
     if (lstat(workspace_root, &st) == 0 && S_ISLNK(st.st_mode))
         return sl_error_set(err, SL_E_CONFIG, 0, "SANDBOX_LOCAL_ROOT: must not be a symlink");
-    if (mkdir_p(workspace_root, 0755) < 0)
+    if (ws_mkdir_p(workspace_root, 0755) < 0)
         return sl_error_errno(err, SL_E_CONFIG, "cannot create the workspace root");
     if (access(workspace_root, W_OK) < 0)
         return sl_error_errno(err, SL_E_CONFIG, "the workspace root is not writable");

@@ -18,6 +18,10 @@ struct sl_disk_status {
     int64_t total_bytes, used_bytes, free_bytes, used_percent;
 };
 
+/* mkdir -p: `path` and every missing directory above it, with `mode`.
+ * 0, or -1 with errno. */
+int ws_mkdir_p(const char *path, mode_t mode);
+
 /* Create the workspace root (parents included) and .trash/.staging. */
 int ws_root_prepare(const char *workspace_root, struct sl_error *err);
 

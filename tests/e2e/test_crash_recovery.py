@@ -13,11 +13,11 @@ sandbox's processes for us):
 """
 import os
 import signal
-import time
 import uuid
 
 import pytest
 
+from fs_helpers import wait_until
 from sandloom_client import Sandbox, assert_error
 
 SANDBOXES = 5
@@ -39,15 +39,6 @@ def uid_pids(uid):
         except OSError:
             continue
     return found
-
-
-def wait_until(predicate, timeout, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
 
 
 @pytest.mark.parametrize("level", ["auto", "basic"])

@@ -52,10 +52,10 @@ def rc(d):
     return d.client().get("/healthz").body["worker"]["capabilities"]["resource_control"]
 
 
-def test_btrfs_qgroups_stop_a_sandbox_at_its_quota(daemon_factory, make_sandbox, btrfs_root):
-    d = daemon_factory({"SANDBOX_LOCAL_ROOT": str(btrfs_root / "sandboxes"),
-                        "SANDBOX_WORKSPACE_QUOTA_BYTES": str(32 * MiB),
-                        "SANDBOX_MIN_FREE_BYTES": str(MiB)})
+def qgroup_stops_the_hog(d, make_sandbox, label):
+    """On a daemon whose quota is a 32 MiB btrfs qgroup: a 128 MiB write of
+    one sandbox stops at the quota, a neighbour can still write. The hog
+    and the output of its write, for more checks."""
     r = rc(d)
     assert r["sandbox_disk_quota"] is True and r["sandbox_disk_quota_mode"] == "btrfs-qgroup", r
     hog, neighbour = make_sandbox(d, "hog"), make_sandbox(d, "neighbour")
@@ -63,14 +63,22 @@ def test_btrfs_qgroups_stop_a_sandbox_at_its_quota(daemon_factory, make_sandbox,
                   "stat -c %s /workspace/big")
     written = int(out["stdout"].split()[-1])
     assert written <= 34 * MiB, f"a 32 MiB quota let {written / MiB:.0f} MiB through: {out}"
+    print(f"\n{label}, 32 MiB quota: a 128 MiB write stopped at {written / MiB:.1f} MiB")
+    # The neighbour is unaffected.
+    mine = sh(neighbour, "dd if=/dev/urandom of=/workspace/mine bs=1M count=16 2>&1 && echo OK")
+    assert mine["stdout"].strip().endswith("OK"), mine
+    return hog, out
+
+
+def test_btrfs_qgroups_stop_a_sandbox_at_its_quota(daemon_factory, make_sandbox, btrfs_root):
+    d = daemon_factory({"SANDBOX_LOCAL_ROOT": str(btrfs_root / "sandboxes"),
+                        "SANDBOX_WORKSPACE_QUOTA_BYTES": str(32 * MiB),
+                        "SANDBOX_MIN_FREE_BYTES": str(MiB)})
+    hog, out = qgroup_stops_the_hog(d, make_sandbox, "btrfs qgroup")
     assert "quota" in out["stdout"].lower(), out
-    print(f"\nbtrfs qgroup of 32 MiB: a 128 MiB write stopped at {written / MiB:.1f} MiB")
     # Home counts too (the whole tree is one subvolume).
     out = sh(hog, "head -c 4M /dev/urandom > \"$HOME/more\" 2>&1 && sync || echo REFUSED; true")
     assert "REFUSED" in out["stdout"], out
-    # The neighbour is unaffected.
-    out = sh(neighbour, "dd if=/dev/urandom of=/workspace/mine bs=1M count=16 2>&1 && echo OK")
-    assert out["stdout"].strip().endswith("OK"), out
 
 
 def test_the_workspace_image_enforces_the_quota_on_any_host_filesystem(daemon_factory,
@@ -81,16 +89,7 @@ def test_the_workspace_image_enforces_the_quota_on_any_host_filesystem(daemon_fa
     d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": str(512 * MiB),
                         "SANDBOX_WORKSPACE_QUOTA_BYTES": str(32 * MiB),
                         "SANDBOX_MIN_FREE_BYTES": str(MiB)})
-    r = rc(d)
-    assert r["sandbox_disk_quota"] is True and r["sandbox_disk_quota_mode"] == "btrfs-qgroup", r
-    hog, neighbour = make_sandbox(d, "hog"), make_sandbox(d, "neighbour")
-    out = sh(hog, "dd if=/dev/urandom of=/workspace/big bs=1M count=128 2>&1; sync; "
-                  "stat -c %s /workspace/big")
-    written = int(out["stdout"].split()[-1])
-    assert written <= 34 * MiB, f"a 32 MiB quota let {written / MiB:.0f} MiB through: {out}"
-    print(f"\nworkspace image, 32 MiB quota: a 128 MiB write stopped at {written / MiB:.1f} MiB")
-    out = sh(neighbour, "dd if=/dev/urandom of=/workspace/mine bs=1M count=16 2>&1 && echo OK")
-    assert out["stdout"].strip().endswith("OK"), out
+    qgroup_stops_the_hog(d, make_sandbox, "workspace image")
 
 
 def test_without_filesystem_quotas_the_api_refuses_past_the_quota(daemon_factory, make_sandbox):

@@ -95,9 +95,27 @@ def test_unauthenticated_answers_name_no_host_path(daemon, ready_sandbox):
     assert json.loads(R["answers"]["/healthz"])["db"]["database"] == daemon.db_path.name
 
 
+def mountinfo_lines(sb):
+    """Attempt: read /proc/self/mountinfo from inside, whose 4th field is
+    each mount's path within its filesystem. Its lines, or None where the
+    level has no /proc (as the sandbox's isolation says)."""
+    iso = isolation(sb)
+    R, _ = probe(sb, r'''
+        R["proc"] = PROC
+        R["mountinfo"] = open("/proc/self/mountinfo").read() if PROC else ""
+        ''')
+    assert_proc_as_reported(iso, R["proc"])
+    return R["mountinfo"].splitlines() if R["proc"] else None
+
+
+def workspace_root_field(lines):
+    ws_line = [l for l in lines if l.split()[4] == "/workspace"]
+    assert ws_line, lines
+    return ws_line[0].split()[3]
+
+
 def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory, make_sandbox):
-    """Attempt: read /proc/self/mountinfo, whose 4th field is each mount's
-    path within its filesystem. With the workspace root and the template
+    """The mountinfo attempt (mountinfo_lines). With the workspace root and the template
     root each a filesystem of their own (tmpfs mounts here, as a deployment
     mounts volumes there), that path is "/<sandbox-id>/workspace" and no
     host path of the state layout shows; /healthz says host_layout.hidden.
@@ -122,16 +140,9 @@ def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory,
         layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
         assert layout["hidden"] is True, layout
         sb = make_sandbox(d)
-        iso = isolation(sb)
-        R, _ = probe(sb, r'''
-            R["proc"] = PROC
-            R["mountinfo"] = open("/proc/self/mountinfo").read() if PROC else ""
-            ''')
-        assert_proc_as_reported(iso, R["proc"])
-        if R["proc"]:
-            lines = R["mountinfo"].splitlines()
-            ws_line = [l for l in lines if l.split()[4] == "/workspace"]
-            assert ws_line and ws_line[0].split()[3] == f"/{sb.id}/workspace", ws_line
+        lines = mountinfo_lines(sb)
+        if lines is not None:
+            assert workspace_root_field(lines) == f"/{sb.id}/workspace", lines
             for l in lines:
                 assert str(tmp_path) not in l and str(d.state) not in l, l
     finally:
@@ -151,16 +162,9 @@ def test_the_workspace_image_hides_the_host_layout(daemon_factory, make_sandbox)
     layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
     assert layout["hidden"] is True and layout["workspace_image"] is True, layout
     sb = make_sandbox(d)
-    iso = isolation(sb)
-    R, _ = probe(sb, r'''
-        R["proc"] = PROC
-        R["mountinfo"] = open("/proc/self/mountinfo").read() if PROC else ""
-        ''')
-    assert_proc_as_reported(iso, R["proc"])
-    if R["proc"]:
-        lines = R["mountinfo"].splitlines()
-        ws_line = [l for l in lines if l.split()[4] == "/workspace"]
-        assert ws_line and ws_line[0].split()[3] == f"/sandboxes/{sb.id}/workspace", ws_line
+    lines = mountinfo_lines(sb)
+    if lines is not None:
+        assert workspace_root_field(lines) == f"/sandboxes/{sb.id}/workspace", lines
         for l in lines:
             assert str(d.state) not in l, l
 
