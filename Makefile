@@ -75,6 +75,7 @@ bench: build
 	SANDLOOM_INIT=$(BUILD)/sandloom-init $(BUILD)/exec_bench 500 1000
 	bench/api_bench.sh $(BUILD)
 	bench/reaper_bench.sh $(BUILD)
+	/usr/bin/python3 bench/startup_bench.py $(BUILD)
 
 # Unit tests alone under ASan + UBSan (make test runs every tier there too).
 sanitize: deps $(ASAN_BUILD)/build.ninja
