@@ -14,6 +14,7 @@
 #include "api/validate.h"
 #include "common/cleanup.h"
 #include "common/json.h"
+#include "common/log.h"
 #include "service/service.h"
 
 #define DEFAULT_PROFILE "coding-default"
@@ -646,12 +647,24 @@ json_t *sl_mcp_tools_list(void)
 }
 
 /* The text block of a failed call: the SDK's prefix, then the code and the
- * client-safe message (only one of them when they are the same). */
+ * client-safe message (only one of them when they are the same). A failed
+ * call still answers HTTP 200, so the access line says nothing of it: this
+ * is the top of the call, and it logs the refusal once, operator detail
+ * included. */
 static json_t *error_result(const char *tool, const struct sl_error *err)
 {
     const char *code = err->code ? err->code : SL_E_INTERNAL;
     const char *message = sl_api_message_for(code, err->message);
-    if (sl_api_status_for_code(code) == 500)
+    int status = sl_api_status_for_code(code);
+    struct sl_log_field f[] = {
+        SL_LF_STR("tool", tool),
+        SL_LF_STR("code", code),
+        SL_LF_STR("message", message),
+        SL_LF_STR("detail", err->detail[0] ? err->detail : NULL),
+    };
+    sl_log_event(status >= 500 ? SL_LOG_WARN : SL_LOG_INFO, "mcp_tool_error", f,
+                 sizeof(f) / sizeof(f[0]));
+    if (status == 500)
         message = "internal error"; /* never internals */
     char text[512];
     if (strcmp(code, message) == 0)

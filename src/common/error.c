@@ -54,6 +54,25 @@ int sl_error_wrap(struct sl_error *err, const char *fmt, ...)
     return -1;
 }
 
+int sl_error_recode(struct sl_error *err, const char *code, const char *fmt, ...)
+{
+    if (!err)
+        return -1;
+    char prev[sizeof(err->detail)];
+    if (err->code)
+        snprintf(prev, sizeof(prev), "%.63s: %.600s", err->code,
+                 err->detail[0] ? err->detail : err->message);
+    else
+        snprintf(prev, sizeof(prev), "%s", err->detail);
+    int errnum = err->errnum;
+    va_list ap;
+    va_start(ap, fmt);
+    error_vset(err, code, errnum, fmt, ap);
+    va_end(ap);
+    snprintf(err->detail, sizeof(err->detail), "%s", prev);
+    return -1;
+}
+
 void sl_error_clear(struct sl_error *err)
 {
     if (!err)

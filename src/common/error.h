@@ -72,6 +72,13 @@ int sl_error_errno(struct sl_error *err, const char *code, const char *fmt, ...)
 /* Prepend operator context to detail ("context: previous detail"). */
 int sl_error_wrap(struct sl_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Give an error a new code and client message, keeping what it said for
+ * the operator: the detail becomes "<old code>: <old detail or message>",
+ * so a refusal re-raised under the API's code (a failed download reported
+ * as SANDBOX_SNAPSHOT_FAILED) still logs its cause. Returns -1. */
+int sl_error_recode(struct sl_error *err, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 void sl_error_clear(struct sl_error *err);
 bool sl_error_is(const struct sl_error *err, const char *code);
 

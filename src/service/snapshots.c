@@ -237,9 +237,12 @@ int svc_snapshot_restore(struct sl_service *svc, const char *sandbox_id, uid_t u
         int got = svc->blobstore->ops->get_file(svc->blobstore, key, staging, digest + 7,
                                                 (uint64_t)cfg->template_max_archive_bytes, err);
         if (got <= 0) {
-            rc = got == 0 || sl_error_is(err, SL_E_OBJECT_DIGEST_MISMATCH)
-                     ? sl_error_set(err, "SANDBOX_SNAPSHOT_FAILED", 0, "SANDBOX_SNAPSHOT_FAILED")
-                     : -1;
+            if (got == 0)
+                rc = sl_error_set(err, "SANDBOX_SNAPSHOT_FAILED", 0, "SANDBOX_SNAPSHOT_FAILED");
+            else if (sl_error_is(err, SL_E_OBJECT_DIGEST_MISMATCH))
+                rc = sl_error_recode(err, "SANDBOX_SNAPSHOT_FAILED", "SANDBOX_SNAPSHOT_FAILED");
+            else
+                rc = -1;
             break;
         }
         /* The fresh directory made above is empty: the part replaces it,

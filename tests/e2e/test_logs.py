@@ -95,3 +95,17 @@ def test_warn_keeps_only_problems_and_bad_values_stop_startup(daemon_factory):
         rc, err = daemon_factory({name: value}, expect_exit=True)
         assert rc == 3 and name in err, err
         assert "sandloomd: startup refused (ConfigError)" in err, err
+
+
+def test_mcp_tool_errors_are_logged_once_with_their_code(daemon_factory):
+    """A failed MCP tool call answers HTTP 200 (MCP.md §4.2), so the access
+    line cannot tell: the call logs the refusal itself."""
+    from test_mcp import modern
+    d = daemon_factory()
+    r = modern(d.client(), "tools/call",
+               {"name": "sandbox_status", "arguments": {"sandbox_id": "mcp-log-missing"}})
+    assert r.status == 200 and r.body["result"]["isError"] is True, r
+    err = wait_for(d, "mcp_tool_error")
+    line = next(l for l in err.splitlines() if " mcp_tool_error " in l)
+    assert "tool=sandbox_status" in line and "code=SANDBOX_NOT_FOUND" in line, line
+    assert sum(" mcp_tool_error " in l for l in err.splitlines()) == 1, err

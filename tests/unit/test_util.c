@@ -91,6 +91,13 @@ static void errors_travel(void **state)
     /* The client-facing message keeps no operator context. */
     assert_string_equal(err.message, "cannot open thing");
     assert_true(sl_error_is(&err, "SANDBOX_X"));
+    /* Re-coding changes what the client is told, not what the operator
+     * reads: the old code and detail stay in the detail. */
+    sl_error_recode(&err, "SANDBOX_Y", "it failed");
+    assert_string_equal(err.code, "SANDBOX_Y");
+    assert_string_equal(err.message, "it failed");
+    assert_int_equal(err.errnum, ENOENT);
+    assert_non_null(strstr(err.detail, "SANDBOX_X: connect sbx-1: cannot open thing"));
 }
 
 int main(void)
