@@ -150,7 +150,8 @@ int main(void)
      * (SQLite gives its -wal/-shm files the database file's mode). Still
      * single-threaded here, so the process-wide umask change is safe. */
     mode_t old_umask = umask(077);
-    store = sl_store_open(&cfg, &err);
+    _cleanup_free_ char *store_warning = NULL;
+    store = sl_store_open(&cfg, &store_warning, &err);
     int schema_rc = store ? store->ops->prepare_schema(store, cfg.database_auto_ddl, &warnings,
                                                        &err)
                           : -1;
@@ -163,6 +164,8 @@ int main(void)
         failure = "SchemaDriftError";
         goto out;
     }
+    if (store_warning)
+        sl_warn("%s", store_warning);
     if (warnings)
         sl_warn("database schema has extra columns (kept for rollback compatibility): %s",
                 warnings);

@@ -192,6 +192,7 @@ static const struct config_var config_vars[] = {
     /* Ours: how long a database write waits for a lock another process
      * holds before the request answers 503 SANDBOX_METADATA_UNAVAILABLE. */
     V_INT("SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS", database_lock_timeout_seconds, "5", 1, 600),
+    V_INT("SANDBOX_DATABASE_POOL_SIZE", database_pool_size, "10", 1, 200),
     /* Ours: one sandbox's whole tree (workspace, home, cache, envs); 0 =
      * none. Enforced by btrfs qgroups where the workspace root is on btrfs,
      * else by accounting (workspace/quota.h). */

@@ -97,6 +97,7 @@ struct sl_config {
     int64_t exec_retention_seconds, history_prune_interval_seconds;
     int64_t max_stored_output_bytes_per_sandbox;
     int64_t database_lock_timeout_seconds;
+    int64_t database_pool_size; /* connections to a server database (not SQLite) */
     int64_t workspace_quota_bytes, workspace_quota_inodes;
     int64_t workspace_image_bytes; /* 0 = no workspace image (workspace/image.h) */
     char *workspace_image_path;    /* resolved: unset => <workspace root>.img */

@@ -15,6 +15,8 @@
  *   {OCTETS:col}     byte length of a text column
  *   {JSON_TEXT:col}  a JSON column as comparable text
  *   {IS}             null-safe equality ("a {IS} ?1" is true for NULL, NULL)
+ *   {TEXT:?N}        parameter N typed as text, where nothing else in the
+ *                    statement would type it ("{TEXT:?1} IS NULL OR ...")
  *
  * Ownership: the core calls acquire() at the start of each store method and
  * release() at its end; between the two the connection is the caller's
@@ -51,6 +53,7 @@ struct sl_sql_dialect {
     const char *octets_fmt; /* printf format of {OCTETS:col}, one %s */
     const char *json_text_fmt; /* of {JSON_TEXT:col}, one %s */
     const char *is_op;         /* {IS} */
+    const char *text_param_fmt; /* of {TEXT:?N}, one %s: the placeholder */
     /* Whether a text value may hold NUL bytes; when not, the core stores
      * U+FFFD in their place (command output is text, PostgreSQL refuses
      * \0 in TEXT). */

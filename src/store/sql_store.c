@@ -95,9 +95,13 @@ enum stmt_id {
 };
 _Static_assert(ST_COUNT <= SL_SQL_MAX_STMTS, "raise SL_SQL_MAX_STMTS");
 
-#define ROUTE_FILTER                                                                          \
-    " WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR workspace_scope_id = ?2)"          \
-    " AND (?3 IS NULL OR worker_id = ?3) AND (?4 IS NULL OR sandbox_id LIKE ?4 ESCAPE '!')"
+/* {TEXT:?N}: a filter parameter PostgreSQL would otherwise have to type from
+ * "?N IS NULL" alone. */
+#define ROUTE_FILTER                                                                  \
+    " WHERE ({TEXT:?1} IS NULL OR status = ?1)"                                       \
+    " AND ({TEXT:?2} IS NULL OR workspace_scope_id = ?2)"                             \
+    " AND ({TEXT:?3} IS NULL OR worker_id = ?3)"                                      \
+    " AND ({TEXT:?4} IS NULL OR sandbox_id LIKE ?4 ESCAPE '!')"
 
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_ROUTE_GET] = "SELECT " ROUTE_COLUMNS " FROM " ROUTE_TABLE " WHERE sandbox_id = ?1",
@@ -140,8 +144,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_EXEC_LIST] = "SELECT sandbox_id, exec_id, generation, worker_id, status, command_json, "
                      "exec_scope, exit_code, NULL, NULL, truncated, started_at, finished_at, "
                      "created_at, termination_reason FROM " EXEC_TABLE
-                     " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2) "
-                     "AND (?5 IS NULL OR (?5 = '' AND termination_reason IS NULL) "
+                     " WHERE ({TEXT:?1} IS NULL OR sandbox_id = ?1) "
+                     "AND ({TEXT:?2} IS NULL OR status = ?2) "
+                     "AND ({TEXT:?5} IS NULL OR (?5 = '' AND termination_reason IS NULL) "
                      "OR termination_reason = ?5) "
                      "ORDER BY created_at DESC, sandbox_id, exec_id LIMIT ?3 OFFSET ?4",
     /* ?4 is the search pattern, already escaped for LIKE ... ESCAPE '!'. */
@@ -167,8 +172,9 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_ROUTE_UIDS_OF_WORKER] = "SELECT DISTINCT sandbox_uid FROM " ROUTE_TABLE
                                 " WHERE worker_id = ?1 AND status <> 'RELEASED'",
     [ST_EXEC_COUNT] = "SELECT COUNT(*) FROM " EXEC_TABLE
-                      " WHERE (?1 IS NULL OR sandbox_id = ?1) AND (?2 IS NULL OR status = ?2)"
-                      " AND (?3 IS NULL OR (?3 = '' AND termination_reason IS NULL)"
+                      " WHERE ({TEXT:?1} IS NULL OR sandbox_id = ?1)"
+                      " AND ({TEXT:?2} IS NULL OR status = ?2)"
+                      " AND ({TEXT:?3} IS NULL OR (?3 = '' AND termination_reason IS NULL)"
                       " OR termination_reason = ?3)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
@@ -294,6 +300,25 @@ int sl_sql_render(const char *neutral, const struct sl_sql_dialect *d, struct sl
             }
             rc = sl_buf_append(&b, ph, strlen(ph));
             p = end;
+        } else if (strncmp(p, "{TEXT:?", 7) == 0) {
+            /* A typed parameter: the placeholder inside the dialect's cast. */
+            char *end;
+            long n = strtol(p + 7, &end, 10);
+            if (n < 1 || n > SL_SQL_MAX_ARGS || *end != '}' ||
+                (d->placeholders == SL_SQL_PH_POSITION && out->norder >= (int)sizeof(out->order))) {
+                rc = -1;
+                break;
+            }
+            char ph[16], piece[64];
+            if (d->placeholders == SL_SQL_PH_POSITION) {
+                out->order[out->norder++] = (unsigned char)n;
+                snprintf(ph, sizeof(ph), "?");
+            } else {
+                snprintf(ph, sizeof(ph), "%c%ld", d->placeholders == SL_SQL_PH_DOLLAR ? '$' : '?', n);
+            }
+            snprintf(piece, sizeof(piece), d->text_param_fmt, ph);
+            rc = sl_buf_append(&b, piece, strlen(piece));
+            p = end + 1;
         } else if (*p == '{') {
             const char *close = strchr(p, '}');
             if (!close) {

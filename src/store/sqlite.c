@@ -50,6 +50,7 @@ static const struct sl_sql_dialect sqlite_dialect = {
     /* length() of a BLOB is its size, of TEXT its characters. */
     .octets_fmt = "length(CAST(%s AS BLOB))",
     .json_text_fmt = "%s",
+    .text_param_fmt = "%s",
     .is_op = "IS",
     .text_allows_nul = true,
     .table_options = "",

@@ -3,18 +3,62 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
 #include "config/config.h"
 
-struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err)
+/* "ignored options of SANDBOX_DATABASE_URL: a, b" or NULL. */
+static char *dropped_note(const struct sl_strlist *dropped)
 {
+    if (dropped->len == 0)
+        return NULL;
+    struct sl_buf b;
+    sl_buf_init(&b, 4096);
+    const char *head = "SANDBOX_DATABASE_URL: query options this driver does not know were "
+                       "ignored: ";
+    int rc = sl_buf_append(&b, head, strlen(head));
+    for (size_t i = 0; rc == 0 && i < dropped->len; i++) {
+        if (i)
+            rc = sl_buf_append(&b, ", ", 2);
+        if (rc == 0)
+            rc = sl_buf_append(&b, dropped->items[i], strlen(dropped->items[i]));
+    }
+    if (rc == 0)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc < 0) {
+        sl_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+struct sl_store *sl_store_open(const struct sl_config *cfg, char **warning, struct sl_error *err)
+{
+    if (warning)
+        *warning = NULL;
     switch (cfg->db_backend) {
     case SL_DB_SQLITE:
         return sl_store_sqlite_open(cfg->database_path,
                                     (int)(cfg->database_lock_timeout_seconds * 1000), err);
-    case SL_DB_POSTGRESQL:
-        sl_error_set(err, SL_E_CONFIG, 0,
-                     "database backend postgresql is not supported by this build yet");
-        return NULL;
+    case SL_DB_POSTGRESQL: {
+        struct sl_strlist dropped = {0};
+        struct sl_pg_options o = {
+            .url = cfg->database_url,
+            .database = cfg->database_path,
+            .pool_size = (int)cfg->database_pool_size,
+            .wait_ms = cfg->database_lock_timeout_seconds * 1000,
+            /* A statement is one indexed row or one page: a minute is a
+             * server that stopped answering, not a slow query. */
+            .statement_timeout_ms = 60000,
+            .connect_timeout_seconds = cfg->mysql_connect_timeout_seconds,
+            .recycle_seconds = cfg->mysql_pool_recycle_seconds,
+            .dropped = &dropped,
+        };
+        struct sl_store *s = sl_store_postgresql_open(&o, err);
+        if (s && warning)
+            *warning = dropped_note(&dropped);
+        sl_strlist_free(&dropped);
+        return s;
+    }
     case SL_DB_MYSQL:
         sl_error_set(err, SL_E_CONFIG, 0,
                      "database backend mysql is not supported by this build yet");

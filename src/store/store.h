@@ -274,14 +274,31 @@ struct sl_store {
     const char *database; /* file path or database name, for /healthz */
 };
 
-/* Open the store configured in cfg (only SQLite in this build; others are
- * refused with SANDBOX_CONFIG_INVALID naming the backend). */
-struct sl_store *sl_store_open(const struct sl_config *cfg, struct sl_error *err);
+/* Open the store configured in cfg. *warning (malloc'd, NULL if none) says
+ * what of the configuration was ignored, for the caller to log. Nothing
+ * is connected yet for a server database: the first method connects. */
+struct sl_store *sl_store_open(const struct sl_config *cfg, char **warning, struct sl_error *err);
 
 /* Backends. */
 /* busy_timeout_ms: how long a statement waits for another connection's
  * lock (PRAGMA busy_timeout; SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS). */
 struct sl_store *sl_store_sqlite_open(const char *path, int busy_timeout_ms,
                                       struct sl_error *err);
+
+struct sl_strlist;
+/* PostgreSQL (libpq). url: the configured URL (any of COMPAT.md §1's
+ * spellings); wait_ms bounds the wait for a free connection and for a row
+ * lock; statement_timeout_ms any one statement. */
+struct sl_pg_options {
+    const char *url;
+    const char *database; /* the name, for /healthz */
+    int pool_size;
+    int64_t wait_ms;
+    int64_t statement_timeout_ms;
+    int64_t connect_timeout_seconds;
+    int64_t recycle_seconds; /* <= 0: never */
+    struct sl_strlist *dropped; /* URL query options libpq does not know; NULL = not asked */
+};
+struct sl_store *sl_store_postgresql_open(const struct sl_pg_options *o, struct sl_error *err);
 
 #endif

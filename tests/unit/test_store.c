@@ -1,6 +1,11 @@
-/* Unit tests of the metadata store: schema data and check (store/schema.c)
- * and the SQLite backend (store/sqlite.c), on a database in a fresh temporary
- * directory per test. */
+/* The store conformance suite: schema data and check (store/schema.c), the
+ * store core (store/sql_store.c) and a driver. On SQLite (store/sqlite.c)
+ * each test gets a database in a fresh temporary directory; with
+ * SANDLOOM_TEST_DATABASE_URL set to a PostgreSQL URL (tests/db/
+ * run-with-postgres.sh starts a server of its own) the same tests run on
+ * that database, its tables dropped before each. The raw SQL the tests use
+ * to look behind the store's back is given per dialect where the two
+ * differ (DIALECT). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -9,6 +14,7 @@
 
 #include <ftw.h>
 #include <pthread.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +38,12 @@ struct fixture {
     struct sl_store *store;
 };
 
+/* The PostgreSQL database of this run, NULL for SQLite. */
+static const char *g_pg_url;
+#define DIALECT(sqlite_sql, pg_sql) (g_pg_url ? (pg_sql) : (sqlite_sql))
+
+static void raw_exec(const char *path, const char *sql);
+
 /* ---- helpers ---- */
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
@@ -50,6 +62,10 @@ static int fixture_new(void **state)
     assert_non_null(mkdtemp(f->dir));
     /* Two missing levels: the store creates the parent directories. */
     snprintf(f->path, sizeof(f->path), "%s/data/meta/agent-sandbox.db", f->dir);
+    if (g_pg_url)
+        raw_exec(f->path, "DROP TABLE IF EXISTS agent_sandbox_worker, agent_sandbox_route, "
+                          "agent_sandbox_exec, skip_once CASCADE;"
+                          "DROP FUNCTION IF EXISTS skip_update() CASCADE");
     *state = f;
     return 0;
 }
@@ -57,7 +73,11 @@ static int fixture_new(void **state)
 static void fixture_open(struct fixture *f)
 {
     struct sl_error err = {0};
-    f->store = sl_store_sqlite_open(f->path, 15000, &err);
+    struct sl_pg_options o = {.url = g_pg_url, .database = "conformance", .pool_size = 4,
+                              .wait_ms = 15000, .statement_timeout_ms = 60000,
+                              .connect_timeout_seconds = 5, .recycle_seconds = 300};
+    f->store = g_pg_url ? sl_store_postgresql_open(&o, &err)
+                        : sl_store_sqlite_open(f->path, 15000, &err);
     if (!f->store)
         fail_msg("open: %s", sl_error_text(&err));
 }
@@ -87,8 +107,26 @@ static int teardown(void **state)
 }
 
 /* Run SQL on a separate raw connection (what another process would see). */
+static PGconn *pg_raw(void)
+{
+    PGconn *pg = PQconnectdb(g_pg_url);
+    if (PQstatus(pg) != CONNECTION_OK)
+        fail_msg("raw connect failed: %s", PQerrorMessage(pg));
+    PQclear(PQexec(pg, "SET client_min_messages = warning"));
+    return pg;
+}
+
 static void raw_exec(const char *path, const char *sql)
 {
+    if (g_pg_url) {
+        PGconn *pg = pg_raw();
+        PGresult *res = PQexec(pg, sql);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+            fail_msg("raw sql failed: %s: %s", sql, PQresultErrorMessage(res));
+        PQclear(res);
+        PQfinish(pg);
+        return;
+    }
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
     sqlite3_busy_timeout(db, 5000);
@@ -101,6 +139,23 @@ static void raw_exec(const char *path, const char *sql)
 /* First column of the first row as text ("<NULL>" for NULL), malloc'd. */
 static char *raw_text(const char *path, const char *sql)
 {
+    if (g_pg_url) {
+        PGconn *pg = pg_raw();
+        PGresult *res = PQexec(pg, sql);
+        if (PQresultStatus(res) != PGRES_TUPLES_OK)
+            fail_msg("raw query failed: %s: %s", sql, PQresultErrorMessage(res));
+        char *out = NULL;
+        if (PQntuples(res) > 0)
+        {
+            const char *v = PQgetisnull(res, 0, 0) ? "<NULL>" : PQgetvalue(res, 0, 0);
+            /* A boolean reads t/f here, 1/0 on SQLite. */
+            out = strdup(strcmp(v, "t") == 0 ? "1" : strcmp(v, "f") == 0 ? "0" : v);
+        }
+        PQclear(res);
+        PQfinish(pg);
+        assert_non_null(out);
+        return out;
+    }
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
@@ -280,13 +335,18 @@ static void test_schema_created(void **state)
     struct fixture *f = *state;
     fixture_open(f);
 
-    char parent[160];
-    struct stat sb;
-    snprintf(parent, sizeof(parent), "%s/data/meta", f->dir);
-    assert_int_equal(stat(parent, &sb), 0);
-    assert_int_equal(sb.st_mode & 0777, 0700);
-    assert_string_equal(f->store->backend, "sqlite");
-    assert_string_equal(f->store->database, f->path);
+    if (!g_pg_url) {
+        /* The SQLite file's directory is made, private. */
+        char parent[160];
+        struct stat sb;
+        snprintf(parent, sizeof(parent), "%s/data/meta", f->dir);
+        assert_int_equal(stat(parent, &sb), 0);
+        assert_int_equal(sb.st_mode & 0777, 0700);
+        assert_string_equal(f->store->backend, "sqlite");
+        assert_string_equal(f->store->database, f->path);
+    } else {
+        assert_string_equal(f->store->backend, "postgresql");
+    }
 
     struct sl_error err = {0};
     char *warnings = NULL;
@@ -297,24 +357,49 @@ static void test_schema_created(void **state)
     assert_int_equal(f->store->ops->prepare_schema(f->store, false, &warnings, &err), 0);
     assert_null(warnings);
 
-    assert_raw(f->path, "PRAGMA journal_mode", "wal");
+    if (!g_pg_url)
+        assert_raw(f->path, "PRAGMA journal_mode", "wal");
     assert_raw(f->path,
-               "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
-               "WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name)",
+               DIALECT("SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
+                       "WHERE type = 'index' AND name LIKE 'idx_%' ORDER BY name)",
+                       "SELECT string_agg(indexname, ',' ORDER BY indexname) FROM pg_indexes "
+                       "WHERE indexname LIKE 'idx_%'"),
                "idx_agent_sandbox_exec_status,idx_agent_sandbox_route_scope,"
                "idx_agent_sandbox_route_worker,idx_agent_sandbox_worker_heartbeat");
     assert_raw(f->path,
-               "SELECT instr(sql, 'CONSTRAINT uniq_agent_sandbox_uid UNIQUE (sandbox_uid)') > 0 "
-               "FROM sqlite_master WHERE name = 'agent_sandbox_route'",
+               DIALECT("SELECT instr(sql, 'CONSTRAINT uniq_agent_sandbox_uid UNIQUE "
+                       "(sandbox_uid)') > 0 FROM sqlite_master WHERE name = 'agent_sandbox_route'",
+                       "SELECT count(*) FROM pg_constraint WHERE conname = 'uniq_agent_sandbox_uid' "
+                       "AND contype = 'u'"),
                "1");
     /* Columns in spec order. */
     assert_raw(f->path,
-               "SELECT group_concat(name, ',') FROM pragma_table_info('agent_sandbox_exec')",
+               DIALECT("SELECT group_concat(name, ',') FROM pragma_table_info('agent_sandbox_exec')",
+                       "SELECT string_agg(column_name, ',' ORDER BY ordinal_position) FROM "
+                       "information_schema.columns WHERE table_name = 'agent_sandbox_exec'"),
                "sandbox_id,exec_id,generation,worker_id,status,command_json,exec_scope,exit_code,"
                "stdout_text,stderr_text,truncated,started_at,finished_at,created_at,"
                "termination_reason");
-    assert_raw(f->path, "SELECT count(*) FROM pragma_table_info('agent_sandbox_route')", "25");
-    assert_raw(f->path, "SELECT count(*) FROM pragma_table_info('agent_sandbox_worker')", "10");
+    assert_raw(f->path,
+               DIALECT("SELECT count(*) FROM pragma_table_info('agent_sandbox_route')",
+                       "SELECT count(*) FROM information_schema.columns "
+                       "WHERE table_name = 'agent_sandbox_route'"),
+               "25");
+    assert_raw(f->path,
+               DIALECT("SELECT count(*) FROM pragma_table_info('agent_sandbox_worker')",
+                       "SELECT count(*) FROM information_schema.columns "
+                       "WHERE table_name = 'agent_sandbox_worker'"),
+               "10");
+    if (g_pg_url) {
+        /* The dialect's types (FLEET.md §2). */
+        assert_raw(f->path,
+                   "SELECT string_agg(data_type, ',' ORDER BY ordinal_position) FROM "
+                   "information_schema.columns WHERE table_name = 'agent_sandbox_exec'",
+                   "character varying,character varying,bigint,character varying,"
+                   "character varying,json,character varying,integer,text,text,boolean,"
+                   "timestamp without time zone,timestamp without time zone,"
+                   "timestamp without time zone,character varying");
+    }
 }
 
 /* The route table as an old deploy script made it, without `column`; auto-DDL
@@ -330,6 +415,7 @@ static void check_missing_route_column(struct fixture *f, const char *column)
             continue;
         strcat(sql, first ? "" : ", ");
         strcat(sql, t->columns[i].name);
+        strcat(sql, " TEXT");
         first = false;
     }
     strcat(sql, ")");
@@ -346,8 +432,11 @@ static void check_missing_route_column(struct fixture *f, const char *column)
     assert_non_null(strstr(err.message, "ALTER TABLE"));
     assert_null(warnings);
     /* The other tables were still created. */
-    assert_raw(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'table' "
-                        "AND name IN ('agent_sandbox_worker', 'agent_sandbox_exec')",
+    assert_raw(f->path,
+               DIALECT("SELECT count(*) FROM sqlite_master WHERE type = 'table' "
+                       "AND name IN ('agent_sandbox_worker', 'agent_sandbox_exec')",
+                       "SELECT count(*) FROM information_schema.tables "
+                       "WHERE table_name IN ('agent_sandbox_worker', 'agent_sandbox_exec')"),
                "2");
 }
 
@@ -423,7 +512,7 @@ static const char reference_ddl[] =
     " sandbox_id VARCHAR(128) NOT NULL, exec_id VARCHAR(128) NOT NULL,"
     " generation BIGINT NOT NULL, worker_id VARCHAR(128) NOT NULL, status VARCHAR(32) NOT NULL,"
     " command_json JSON NOT NULL, exec_scope VARCHAR(128), exit_code INTEGER, stdout_text TEXT,"
-    " stderr_text TEXT, truncated BOOLEAN NOT NULL DEFAULT 0, started_at DATETIME,"
+    " stderr_text TEXT, truncated BOOLEAN NOT NULL DEFAULT FALSE, started_at DATETIME,"
     " finished_at DATETIME, created_at DATETIME NOT NULL, PRIMARY KEY (sandbox_id, exec_id));"
     "CREATE INDEX idx_agent_sandbox_exec_status ON agent_sandbox_exec (sandbox_id, status);"
     "INSERT INTO agent_sandbox_route (sandbox_id, workspace_scope_id, worker_id, generation,"
@@ -434,11 +523,31 @@ static const char reference_ddl[] =
     "INSERT INTO agent_sandbox_exec (sandbox_id, exec_id, generation, worker_id, status,"
     " command_json, exit_code, stdout_text, stderr_text, truncated, started_at, finished_at,"
     " created_at) VALUES ('sb-1', 'exec-done', 1, 'worker-a-8080', 'SUCCEEDED',"
-    " '{\"argv\":[\"true\"]}', 0, 'hello', '', 0, '" T0_TEXT "', '" T0_TEXT "', '" T0_TEXT "');"
+    " '{\"argv\":[\"true\"]}', 0, 'hello', '', FALSE, '" T0_TEXT "', '" T0_TEXT "', '" T0_TEXT "');"
     "INSERT INTO agent_sandbox_exec (sandbox_id, exec_id, generation, worker_id, status,"
     " command_json, truncated, started_at, created_at) VALUES ('sb-1', 'exec-run', 1,"
-    " 'worker-a-8080', 'RUNNING', '{\"argv\":[\"sleep\",\"9\"]}', 0, '" T0_TEXT "',"
+    " 'worker-a-8080', 'RUNNING', '{\"argv\":[\"sleep\",\"9\"]}', FALSE, '" T0_TEXT "',"
     " '" T0_TEXT "');";
+
+/* reference_ddl in the running dialect: PostgreSQL has no DATETIME. */
+static const char *ref_ddl(void)
+{
+    static char pg[sizeof(reference_ddl) + 64]; /* TIMESTAMP is one byte longer, 16 times */
+    if (!g_pg_url)
+        return reference_ddl;
+    char *w = pg;
+    for (const char *r = reference_ddl; *r;) {
+        if (strncmp(r, "DATETIME", 8) == 0) {
+            memcpy(w, "TIMESTAMP", 9);
+            w += 9;
+            r += 8;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+    return pg;
+}
 
 #define ADD_REASON_SQL \
     "ALTER TABLE agent_sandbox_exec ADD COLUMN termination_reason VARCHAR(32)"
@@ -449,7 +558,7 @@ static void test_schema_additive_refused(void **state)
 {
     struct fixture *f = *state;
     fixture_open(f);
-    raw_exec(f->path, reference_ddl);
+    raw_exec(f->path, ref_ddl());
     struct sl_error err = {0};
     char *warnings = NULL;
     assert_int_equal(f->store->ops->prepare_schema(f->store, false, &warnings, &err), -1);
@@ -461,8 +570,10 @@ static void test_schema_additive_refused(void **state)
     assert_null(warnings);
     /* Nothing was changed. */
     assert_raw(f->path,
-               "SELECT count(*) FROM pragma_table_info('agent_sandbox_exec') "
-               "WHERE name = 'termination_reason'",
+               DIALECT("SELECT count(*) FROM pragma_table_info('agent_sandbox_exec') "
+                       "WHERE name = 'termination_reason'",
+                       "SELECT count(*) FROM information_schema.columns WHERE "
+                       "table_name = 'agent_sandbox_exec' AND column_name = 'termination_reason'"),
                "0");
     assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
 
@@ -478,7 +589,7 @@ static void test_schema_additive_upgrade(void **state)
 {
     struct fixture *f = *state;
     fixture_open(f);
-    raw_exec(f->path, reference_ddl);
+    raw_exec(f->path, ref_ddl());
     struct sl_store *s = f->store;
     struct sl_error err = {0};
     char *warnings = NULL;
@@ -486,15 +597,22 @@ static void test_schema_additive_upgrade(void **state)
         fail_msg("prepare_schema: %s", sl_error_text(&err));
     assert_null(warnings);
     assert_raw(f->path,
-               "SELECT group_concat(name || ' ' || type || ' ' || \"notnull\", ',') "
-               "FROM pragma_table_info('agent_sandbox_exec') WHERE cid >= 13",
-               "created_at DATETIME 1,termination_reason VARCHAR(32) 0");
+               DIALECT("SELECT group_concat(name || ' ' || type || ' ' || \"notnull\", ',') "
+                       "FROM pragma_table_info('agent_sandbox_exec') WHERE cid >= 13",
+                       "SELECT string_agg(column_name || ' ' || data_type || ' ' || is_nullable, "
+                       "',' ORDER BY ordinal_position) FROM information_schema.columns "
+                       "WHERE table_name = 'agent_sandbox_exec' AND ordinal_position >= 14"),
+               DIALECT("created_at DATETIME 1,termination_reason VARCHAR(32) 0",
+                       "created_at timestamp without time zone NO,"
+                       "termination_reason character varying YES"));
     /* Idempotent; the check alone passes; nothing else was rebuilt. */
     assert_int_equal(s->ops->prepare_schema(s, true, &warnings, &err), 0);
     assert_int_equal(s->ops->prepare_schema(s, false, &warnings, &err), 0);
     assert_null(warnings);
-    assert_raw(f->path, "SELECT count(*) FROM sqlite_master WHERE type = 'index' "
-                        "AND name LIKE 'idx_agent_sandbox_%'",
+    assert_raw(f->path,
+               DIALECT("SELECT count(*) FROM sqlite_master WHERE type = 'index' "
+                       "AND name LIKE 'idx_agent_sandbox_%'",
+                       "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'idx_agent_sandbox_%'"),
                "4");
 
     /* The rows are kept, the old ones without a reason. */
@@ -611,8 +729,9 @@ static void test_no_schema_is_store_error(void **state)
     struct sl_error err = {0};
     assert_int_equal(f->store->ops->route_get(f->store, "sb-1", &r, &err), -1);
     assert_string_equal(err.code, SL_E_STORE);
-    assert_null(strstr(err.message, "no such table"));
-    assert_non_null(strstr(err.detail, "no such table"));
+    const char *missing = DIALECT("no such table", "does not exist");
+    assert_null(strstr(err.message, missing));
+    assert_non_null(strstr(err.detail, missing));
 }
 
 /* ---- routes ---- */
@@ -924,15 +1043,21 @@ static void test_exec_scope_rules(void **state)
     assert_admitted(s, "sb-fallback", "exec-2", "B");
     assert_refused(s, "sb-fallback", "exec-3", "A", 1, 8, SL_E_EXEC_SCOPE_BUSY);
     /* ... and an unreadable request counts as unscoped. */
-    raw_exec(f->path, "UPDATE agent_sandbox_exec SET exec_scope = '', command_json = 'not json' "
-                      "WHERE sandbox_id = 'sb-fallback' AND exec_id = 'exec-1'");
+    /* (PostgreSQL's json column holds only JSON: a document that is not an
+     * object is as unreadable as a scope.) */
+    raw_exec(f->path, DIALECT("UPDATE agent_sandbox_exec SET exec_scope = '', "
+                              "command_json = 'not json' "
+                              "WHERE sandbox_id = 'sb-fallback' AND exec_id = 'exec-1'",
+                              "UPDATE agent_sandbox_exec SET exec_scope = '', "
+                              "command_json = '[\"not an object\"]' "
+                              "WHERE sandbox_id = 'sb-fallback' AND exec_id = 'exec-1'"));
     assert_refused(s, "sb-fallback", "exec-4", "C", 1, 8, SL_E_EXEC_SCOPE_BUSY);
 
     /* Running executions of another generation do not count. */
     route_put(s, "sb-gen", 40006, 2, "READY");
     raw_exec(f->path, "INSERT INTO agent_sandbox_exec (sandbox_id, exec_id, generation, worker_id, "
                       "status, command_json, exec_scope, truncated, started_at, created_at) "
-                      "VALUES ('sb-gen', 'old', 1, 'w', 'RUNNING', '{}', NULL, 0, "
+                      "VALUES ('sb-gen', 'old', 1, 'w', 'RUNNING', '{}', NULL, FALSE, "
                       "'2026-01-01 00:00:00.000000', '2026-01-01 00:00:00.000000')");
     const char *code = NULL;
     assert_int_equal(admit(s, "sb-gen", "exec-1", 2, NULL, 1, T0, &code), SL_ADMIT_ADMITTED);
@@ -1146,7 +1271,8 @@ static void test_exec_mark_running(void **state)
     route_put(s, "sb-3", 40003, 1, "READY");
     assert_admitted(s, "sb-3", "exec-1", NULL);
     assert_int_equal(s->ops->exec_mark_running(s, "sb-3", 1, "CANCELLED", "", T0 + 8, &err), 1);
-    assert_raw(f->path, "SELECT status || ' ' || (termination_reason IS NULL) "
+    assert_raw(f->path, "SELECT status || ' ' || CASE WHEN termination_reason IS NULL "
+                        "THEN 1 ELSE 0 END "
                         "FROM agent_sandbox_exec WHERE sandbox_id = 'sb-3'",
                "CANCELLED 1");
     assert_reason(s, "sb-3", "exec-1", "");
@@ -1203,6 +1329,9 @@ static void test_exec_termination_reason(void **state)
 
     /* A value wider than the buffer, written by someone else, reads back cut,
      * not as an error. */
+    if (g_pg_url) /* PostgreSQL holds VARCHAR(32) to its length: widen it as that writer did */
+        raw_exec(f->path, "ALTER TABLE agent_sandbox_exec ALTER COLUMN termination_reason "
+                          "TYPE VARCHAR(64)");
     raw_exec(f->path, "UPDATE agent_sandbox_exec SET termination_reason = "
                       "'A_REASON_FAR_LONGER_THAN_THIRTY_TWO_BYTES' WHERE exec_id = 'exec-plain'");
     struct sl_exec_record got;
@@ -1251,11 +1380,19 @@ static void test_worker_upsert(void **state)
     /* Another replica inserted the row between our UPDATE and INSERT: a
      * trigger makes the first UPDATE match nothing once, so the INSERT hits
      * the primary key and must be retried as an UPDATE. */
-    raw_exec(f->path, "CREATE TABLE skip_once (n INTEGER);"
-                      "INSERT INTO skip_once VALUES (1);"
-                      "CREATE TRIGGER skip_update BEFORE UPDATE ON agent_sandbox_worker "
-                      "WHEN (SELECT n FROM skip_once) > 0 BEGIN "
-                      "UPDATE skip_once SET n = n - 1; SELECT RAISE(IGNORE); END;");
+    raw_exec(f->path,
+             DIALECT("CREATE TABLE skip_once (n INTEGER);"
+                     "INSERT INTO skip_once VALUES (1);"
+                     "CREATE TRIGGER skip_update BEFORE UPDATE ON agent_sandbox_worker "
+                     "WHEN (SELECT n FROM skip_once) > 0 BEGIN "
+                     "UPDATE skip_once SET n = n - 1; SELECT RAISE(IGNORE); END;",
+                     "CREATE TABLE skip_once (n INTEGER);"
+                     "INSERT INTO skip_once VALUES (1);"
+                     "CREATE FUNCTION skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                     "BEGIN IF (SELECT n FROM skip_once) > 0 THEN "
+                     "UPDATE skip_once SET n = n - 1; RETURN NULL; END IF; RETURN NEW; END $$;"
+                     "CREATE TRIGGER skip_update BEFORE UPDATE ON agent_sandbox_worker "
+                     "FOR EACH ROW EXECUTE FUNCTION skip_update();"));
     w.worker_epoch = "epoch-3";
     w.now = T0 + 2000000;
     assert_int_equal(s->ops->worker_upsert(s, &w, &err), 0);
@@ -1318,26 +1455,57 @@ static void test_store_open_dispatch(void **state)
     struct fixture *f = *state;
     struct sl_config cfg;
     struct sl_error err = {0};
+    char *warning = NULL;
     memset(&cfg, 0, sizeof(cfg));
-    cfg.db_backend = SL_DB_POSTGRESQL;
-    cfg.database_path = "sandbox";
-    assert_null(sl_store_open(&cfg, &err));
-    assert_string_equal(err.code, SL_E_CONFIG);
-    assert_string_equal(err.message,
-                        "database backend postgresql is not supported by this build yet");
     cfg.db_backend = SL_DB_MYSQL;
-    assert_null(sl_store_open(&cfg, &err));
+    cfg.database_path = "sandbox";
+    assert_null(sl_store_open(&cfg, &warning, &err));
+    assert_string_equal(err.code, SL_E_CONFIG);
     assert_string_equal(err.message, "database backend mysql is not supported by this build yet");
+
+    /* A server database is not connected at open: the first method does
+     * (and a server that cannot be reached answers METADATA_UNAVAILABLE
+     * there). Options libpq does not know are dropped and named. */
+    cfg.db_backend = SL_DB_POSTGRESQL;
+    cfg.database_url = "postgresql+asyncpg://u:secret@127.0.0.1:1/sandbox?sslmode=disable&"
+                       "prepared_statement_cache_size=0";
+    cfg.database_pool_size = 2;
+    cfg.database_lock_timeout_seconds = 1;
+    cfg.mysql_connect_timeout_seconds = 1;
+    struct sl_store *pg = sl_store_open(&cfg, &warning, &err);
+    assert_non_null(pg);
+    assert_string_equal(pg->backend, "postgresql");
+    assert_string_equal(pg->database, "sandbox");
+    assert_non_null(warning);
+    assert_non_null(strstr(warning, "prepared_statement_cache_size"));
+    assert_null(strstr(warning, "secret"));
+    free(warning);
+    struct sl_route r;
+    int64_t t = sl_mono_us();
+    assert_int_equal(pg->ops->route_get(pg, "sb-1", &r, &err), -1);
+    assert_string_equal(err.code, SL_E_STORE);
+    assert_null(strstr(err.detail, "secret"));
+    /* The next attempt within the second fails at once, without a connect. */
+    assert_int_equal(pg->ops->route_get(pg, "sb-1", &r, &err), -1);
+    assert_non_null(strstr(err.detail, "retried once a second"));
+    assert_true(sl_mono_us() - t < 1000000);
+    char why[128] = "";
+    assert_false(pg->ops->health(pg, why, sizeof(why)));
+    assert_true(why[0] != '\0');
+    pg->ops->close(pg);
 
     cfg.db_backend = SL_DB_SQLITE;
     cfg.database_path = f->path;
-    f->store = sl_store_open(&cfg, &err);
+    f->store = sl_store_open(&cfg, &warning, &err);
     assert_non_null(f->store);
+    assert_null(warning);
     assert_string_equal(f->store->backend, "sqlite");
 }
 
 int main(void)
 {
+    const char *url = getenv("SANDLOOM_TEST_DATABASE_URL");
+    g_pg_url = url && *url ? url : NULL;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_schema_created, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_schema_missing_column, fixture_new, teardown),

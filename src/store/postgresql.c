@@ -1,0 +1,665 @@
+/* The PostgreSQL driver of the store core (store/sql_driver.h, libpq;
+ * spec/FLEET.md §2).
+ *
+ * Types are the reference's (VARCHAR, INTEGER, BIGINT, TIMESTAMP without
+ * time zone holding naive UTC, JSON, TEXT, BOOLEAN). Values travel as text:
+ * every parameter in its text form, every column read back as text (the
+ * session runs DateStyle ISO, so a timestamp reads "2026-12-02 05:30:00.5").
+ *
+ * Connections: a pool of `size` connections, opened on first use. acquire()
+ * hands one to a single store method (waiting for a free one at most the
+ * lock timeout); one that broke, or is older than the recycle age, is
+ * reopened first. While the server cannot be reached, one attempt a second
+ * is made and every other acquire() fails at once with
+ * METADATA_UNAVAILABLE: requests answer 503 quickly, and the first attempt
+ * that succeeds brings the service back without a restart.
+ *
+ * Statements are prepared once per connection (named sl<id>), with the
+ * parameter types left to the server. */
+#include "store/store.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "store/schema.h"
+#include "store/sql_driver.h"
+
+/* FLEET.md §2.4: the advisory lock every replica's auto-DDL takes. */
+#define DDL_LOCK_KEY "2800179869"
+/* How often a server that could not be reached is tried again. */
+#define RETRY_US 1000000
+
+static const struct sl_sql_dialect pg_dialect = {
+    .placeholders = SL_SQL_PH_DOLLAR,
+    .for_update = " FOR UPDATE",
+    .octets_fmt = "COALESCE(octet_length(%s), 0)",
+    /* json has no equality operator; its text is the document as written. */
+    .json_text_fmt = "%s::text",
+    .text_param_fmt = "CAST(%s AS TEXT)",
+    .is_op = "IS NOT DISTINCT FROM",
+    .text_allows_nul = false,
+    .table_options = "",
+};
+
+struct pg_conn {
+    struct sl_sql_conn pub; /* first */
+    PGconn *pg;
+    bool prepared[SL_SQL_MAX_STMTS];
+    PGresult *res; /* of the last query */
+    int row, nrows;
+    bool busy;   /* handed out by acquire() */
+    bool broken; /* reopen before the next use */
+    int64_t opened_us;
+};
+
+struct pg_db {
+    struct sl_sql_db pub; /* first */
+    /* PQconnectdbParams() keywords and values, NULL-terminated. */
+    const char *keywords[8];
+    char *values[8];
+    char *database;
+    pthread_mutex_t lock;
+    pthread_cond_t freed;
+    struct pg_conn *conns;
+    int size;
+    int64_t wait_us;    /* longest wait for a free connection */
+    int64_t recycle_us; /* 0 = never */
+    /* Under lock: when the next connection attempt may be made after one
+     * failed, and what it said. */
+    int64_t retry_at_us;
+    atomic_bool failing;
+    char why[256];
+};
+
+/* The connection string holds the password. */
+static void free_secret(char *s)
+{
+    if (s) {
+        explicit_bzero(s, strlen(s));
+        free(s);
+    }
+}
+
+static struct pg_conn *conn_of(struct sl_sql_conn *c) { return (struct pg_conn *)c; }
+static struct pg_db *db_of(struct sl_sql_db *d) { return (struct pg_db *)d; }
+
+/* The first line of libpq's text, for the operator (never a password:
+ * libpq does not print it). */
+static void first_line(const char *text, char *out, size_t size)
+{
+    snprintf(out, size, "%s", text && *text ? text : "unknown error");
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static void note_failure(struct pg_db *db, const char *text)
+{
+    pthread_mutex_lock(&db->lock);
+    first_line(text, db->why, sizeof(db->why));
+    pthread_mutex_unlock(&db->lock);
+    atomic_store(&db->failing, true);
+}
+
+static int pg_fail(struct pg_conn *c, struct sl_error *err, const char *what, const char *text)
+{
+    char line[256];
+    first_line(text, line, sizeof(line));
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
+        c->broken = true;
+        note_failure(db_of(c->pub.db), line);
+    }
+    return sl_sql_fail(err, "postgresql", what, line);
+}
+
+/* ---- connections ---- */
+
+static void conn_drop(struct pg_conn *c)
+{
+    PQclear(c->res);
+    c->res = NULL;
+    PQfinish(c->pg);
+    c->pg = NULL;
+    memset(c->prepared, 0, sizeof(c->prepared));
+    c->broken = false;
+}
+
+/* CREATE TABLE IF NOT EXISTS and friends send NOTICEs; libpq would print
+ * them on stderr. */
+static void quiet_notices(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
+static int conn_open(struct pg_db *db, struct pg_conn *c, struct sl_error *err)
+{
+    int64_t now = sl_mono_us();
+    pthread_mutex_lock(&db->lock);
+    bool wait = now < db->retry_at_us;
+    char why[256];
+    snprintf(why, sizeof(why), "%s", db->why);
+    pthread_mutex_unlock(&db->lock);
+    if (wait)
+        return sl_sql_fail(err, "postgresql", "connect (retried once a second)", why);
+    c->pg = PQconnectdbParams(db->keywords, (const char *const *)db->values, 1);
+    if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
+        char line[256];
+        first_line(c->pg ? PQerrorMessage(c->pg) : "out of memory", line, sizeof(line));
+        PQfinish(c->pg);
+        c->pg = NULL;
+        pthread_mutex_lock(&db->lock);
+        db->retry_at_us = sl_mono_us() + RETRY_US;
+        snprintf(db->why, sizeof(db->why), "%s", line);
+        pthread_mutex_unlock(&db->lock);
+        atomic_store(&db->failing, true);
+        return sl_sql_fail(err, "postgresql", "connect", line);
+    }
+    PQsetNoticeProcessor(c->pg, quiet_notices, NULL);
+    c->opened_us = sl_mono_us();
+    return 0;
+}
+
+static struct sl_sql_conn *pg_acquire(struct sl_sql_db *d, bool write, struct sl_error *err)
+{
+    (void)write;
+    struct pg_db *db = db_of(d);
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    int64_t ns = deadline.tv_nsec + (db->wait_us % 1000000) * 1000;
+    deadline.tv_sec += (time_t)(db->wait_us / 1000000 + ns / 1000000000);
+    deadline.tv_nsec = (long)(ns % 1000000000);
+    struct pg_conn *c = NULL;
+    pthread_mutex_lock(&db->lock);
+    for (;;) {
+        for (int i = 0; i < db->size && !c; i++)
+            if (!db->conns[i].busy)
+                c = &db->conns[i];
+        if (c || pthread_cond_timedwait(&db->freed, &db->lock, &deadline) == ETIMEDOUT)
+            break;
+    }
+    if (c)
+        c->busy = true;
+    pthread_mutex_unlock(&db->lock);
+    if (!c) {
+        char text[96];
+        snprintf(text, sizeof(text), "all %d connections of the pool stayed busy", db->size);
+        sl_sql_fail(err, "postgresql", "acquire", text);
+        return NULL;
+    }
+    bool stale = c->pg && db->recycle_us > 0 && sl_mono_us() - c->opened_us > db->recycle_us;
+    if (c->pg && (c->broken || stale || PQstatus(c->pg) != CONNECTION_OK))
+        conn_drop(c);
+    if (!c->pg && conn_open(db, c, err) < 0) {
+        pthread_mutex_lock(&db->lock);
+        c->busy = false;
+        pthread_cond_signal(&db->freed);
+        pthread_mutex_unlock(&db->lock);
+        return NULL;
+    }
+    return &c->pub;
+}
+
+static void pg_release(struct sl_sql_conn *pc)
+{
+    struct pg_conn *c = conn_of(pc);
+    struct pg_db *db = db_of(pc->db);
+    PQclear(c->res);
+    c->res = NULL;
+    /* A connection left inside a transaction (a bug, or a failed
+     * rollback) is not handed to the next method. */
+    if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+        c->broken = true;
+    pthread_mutex_lock(&db->lock);
+    c->busy = false;
+    pthread_cond_signal(&db->freed);
+    pthread_mutex_unlock(&db->lock);
+}
+
+/* ---- statements ---- */
+
+/* The outcome of a result: 0, SL_SQL_CONFLICT or -1; keeps it in c->res. */
+static int take_result(struct pg_conn *c, PGresult *res, const char *what, struct sl_error *err)
+{
+    PQclear(c->res);
+    c->res = res;
+    c->row = -1;
+    c->nrows = 0;
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        c->nrows = PQntuples(res);
+        atomic_store(&db_of(c->pub.db)->failing, false);
+        return 0;
+    }
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    pg_fail(c, err, what, res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg));
+    /* 23505 unique_violation: a primary key or a unique constraint. */
+    return state && strcmp(state, "23505") == 0 ? SL_SQL_CONFLICT : -1;
+}
+
+static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
+                    const struct sl_sql_arg *args, int nargs, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    char name[16];
+    snprintf(name, sizeof(name), "sl%d", id);
+    if (!c->prepared[id]) {
+        /* A parameter the text never names (route_cas binds the uid and
+         * created_at it does not write) has no type to infer: say text. */
+        Oid types[SL_SQL_MAX_ARGS] = {0};
+        for (int i = 0; i < nargs; i++) {
+            char ph[16];
+            int n = snprintf(ph, sizeof(ph), "$%d", i + 1);
+            const char *at = text->sql;
+            bool named = false;
+            while (!named && (at = strstr(at, ph)) != NULL) {
+                named = at[n] < '0' || at[n] > '9';
+                at += n;
+            }
+            types[i] = named ? 0 : 25; /* TEXTOID */
+        }
+        int rc = take_result(c, PQprepare(c->pg, name, text->sql, nargs, types), "prepare", err);
+        if (rc < 0)
+            return -1;
+        c->prepared[id] = true;
+    }
+    const char *values[SL_SQL_MAX_ARGS];
+    char ints[SL_SQL_MAX_ARGS][24];
+    for (int i = 0; i < nargs; i++) {
+        const struct sl_sql_arg *a = &args[i];
+        switch (a->kind) {
+        case SL_SQL_NULL:
+            values[i] = NULL;
+            break;
+        case SL_SQL_INT:
+            snprintf(ints[i], sizeof(ints[i]), "%lld", (long long)a->i);
+            values[i] = ints[i];
+            break;
+        case SL_SQL_BOOL:
+            values[i] = a->i ? "true" : "false";
+            break;
+        case SL_SQL_TEXT:
+        case SL_SQL_TS:
+            values[i] = a->s; /* NUL-terminated: text carries no NUL here */
+            break;
+        }
+    }
+    return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0), "query",
+                       err);
+}
+
+/* SQLSTATE of the last result, "" if none. */
+static const char *last_state(const struct pg_conn *c)
+{
+    const char *state = c->res ? PQresultErrorField(c->res, PG_DIAG_SQLSTATE) : NULL;
+    return state ? state : "";
+}
+
+static int pg_query(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
+                    const struct sl_sql_arg *args, int nargs, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    int rc = query_once(pc, id, text, args, nargs, err);
+    /* 0A000 "cached plan must not change result type": the table changed
+     * under the prepared statements (an operator's ALTER TABLE). Outside a
+     * transaction they are made again and the statement retried once;
+     * inside one the transaction is lost, and the connection is reopened
+     * before its next use. */
+    if (rc == -1 && strcmp(last_state(c), "0A000") == 0) {
+        if (PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
+            c->broken = true;
+            return -1;
+        }
+        PQclear(PQexec(c->pg, "DEALLOCATE ALL"));
+        memset(c->prepared, 0, sizeof(c->prepared));
+        rc = query_once(pc, id, text, args, nargs, err);
+    }
+    return rc;
+}
+
+static int pg_next(struct sl_sql_conn *pc, struct sl_error *err)
+{
+    (void)err;
+    struct pg_conn *c = conn_of(pc);
+    if (!c->res || c->row + 1 >= c->nrows)
+        return 0;
+    c->row++;
+    return 1;
+}
+
+static int64_t pg_changes(struct sl_sql_conn *pc)
+{
+    struct pg_conn *c = conn_of(pc);
+    const char *n = c->res ? PQcmdTuples(c->res) : "";
+    return *n ? strtoll(n, NULL, 10) : 0;
+}
+
+static bool pg_col_null(struct sl_sql_conn *pc, int i)
+{
+    struct pg_conn *c = conn_of(pc);
+    return PQgetisnull(c->res, c->row, i);
+}
+
+static int64_t pg_col_int(struct sl_sql_conn *pc, int i)
+{
+    struct pg_conn *c = conn_of(pc);
+    return strtoll(PQgetvalue(c->res, c->row, i), NULL, 10);
+}
+
+static const char *pg_col_text(struct sl_sql_conn *pc, int i, size_t *len)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (PQgetisnull(c->res, c->row, i)) {
+        *len = 0;
+        return NULL;
+    }
+    *len = (size_t)PQgetlength(c->res, c->row, i);
+    return PQgetvalue(c->res, c->row, i);
+}
+
+/* ---- transactions ---- */
+
+static int simple(struct pg_conn *c, const char *sql, struct sl_error *err)
+{
+    return take_result(c, PQexec(c->pg, sql), sql, err) < 0 ? -1 : 0;
+}
+
+static int pg_begin(struct sl_sql_conn *pc, struct sl_error *err)
+{
+    return simple(conn_of(pc), "BEGIN", err);
+}
+
+static int pg_commit(struct sl_sql_conn *pc, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (simple(c, "COMMIT", err) < 0)
+        return -1;
+    /* COMMIT of a transaction an error aborted answers ROLLBACK, not an
+     * error. */
+    if (strcmp(PQcmdStatus(c->res), "COMMIT") != 0)
+        return sl_sql_fail(err, "postgresql", "commit", "the transaction was rolled back");
+    return 0;
+}
+
+static void pg_rollback(struct sl_sql_conn *pc)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
+        (void)simple(c, "ROLLBACK", NULL);
+}
+
+/* ---- schema ---- */
+
+static const char *pg_column_type(const struct sl_schema_column *col, char *buf, size_t size)
+{
+    switch (col->type) {
+    case SL_SCHEMA_STRING:
+        snprintf(buf, size, "VARCHAR(%d)", col->length);
+        return buf;
+    case SL_SCHEMA_INTEGER:
+        return "INTEGER";
+    case SL_SCHEMA_BIGINT:
+        return "BIGINT";
+    case SL_SCHEMA_DATETIME:
+        return "TIMESTAMP WITHOUT TIME ZONE";
+    case SL_SCHEMA_JSON:
+        return "JSON";
+    case SL_SCHEMA_TEXT:
+        return "TEXT";
+    case SL_SCHEMA_BOOLEAN:
+        return "BOOLEAN";
+    }
+    return "TEXT";
+}
+
+/* An introspection query with one or two text parameters: every first
+ * column into *out. */
+static int names(struct pg_conn *c, const char *sql, const char *a1, const char *a2,
+                 struct sl_strlist *out, struct sl_error *err)
+{
+    const char *values[2] = {a1, a2};
+    if (take_result(c, PQexecParams(c->pg, sql, a2 ? 2 : 1, NULL, values, NULL, NULL, 0),
+                    "introspect", err) < 0)
+        return -1;
+    for (int r = 0; r < c->nrows; r++)
+        if (sl_strlist_push(out, PQgetvalue(c->res, r, 0)) < 0)
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    return 0;
+}
+
+static int pg_table_columns(struct sl_sql_conn *pc, const char *table, struct sl_strlist *out,
+                            struct sl_error *err)
+{
+    return names(conn_of(pc),
+                 "SELECT column_name FROM information_schema.columns "
+                 "WHERE table_schema = current_schema() AND table_name = $1 "
+                 "ORDER BY ordinal_position",
+                 table, NULL, out, err);
+}
+
+static int pg_index_exists(struct sl_sql_conn *pc, const char *table, const char *index,
+                           struct sl_error *err)
+{
+    struct sl_strlist found = {0};
+    int rc = names(conn_of(pc),
+                   "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                   "AND tablename = $1 AND indexname = $2",
+                   table, index, &found, err);
+    bool exists = found.len > 0;
+    sl_strlist_free(&found);
+    return rc < 0 ? -1 : exists;
+}
+
+static int pg_exec_ddl(struct sl_sql_conn *pc, const char *sql, struct sl_error *err)
+{
+    return simple(conn_of(pc), sql, err);
+}
+
+/* FLEET.md §2.4: one transaction under pg_advisory_xact_lock (released at
+ * its end), so replicas starting at once create the schema one at a time. */
+static int pg_ddl_begin(struct sl_sql_conn *pc, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (simple(c, "BEGIN", err) < 0)
+        return -1;
+    if (simple(c, "SELECT pg_advisory_xact_lock(" DDL_LOCK_KEY ")", err) < 0) {
+        pg_rollback(pc);
+        return -1;
+    }
+    return 0;
+}
+
+static int pg_ddl_end(struct sl_sql_conn *pc, bool ok, struct sl_error *err)
+{
+    if (!ok) {
+        pg_rollback(pc);
+        return 0;
+    }
+    if (pg_commit(pc, err) < 0) {
+        pg_rollback(pc);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- lifecycle ---- */
+
+static bool pg_health(struct sl_sql_db *d, char *why, size_t size)
+{
+    struct pg_db *db = db_of(d);
+    bool failing = atomic_load(&db->failing);
+    if (failing && why && size) {
+        pthread_mutex_lock(&db->lock);
+        snprintf(why, size, "%s", db->why);
+        pthread_mutex_unlock(&db->lock);
+    }
+    return !failing;
+}
+
+static void pg_close(struct sl_sql_db *d)
+{
+    if (!d)
+        return;
+    struct pg_db *db = db_of(d);
+    for (int i = 0; db->conns && i < db->size; i++)
+        conn_drop(&db->conns[i]);
+    free(db->conns);
+    for (size_t i = 0; i < SL_ARRAY_LEN(db->values); i++)
+        free_secret(db->values[i]);
+    free(db->database);
+    pthread_mutex_destroy(&db->lock);
+    pthread_cond_destroy(&db->freed);
+    free(db);
+}
+
+static const struct sl_sql_driver pg_driver = {
+    .acquire = pg_acquire,
+    .release = pg_release,
+    .begin = pg_begin,
+    .commit = pg_commit,
+    .rollback = pg_rollback,
+    .query = pg_query,
+    .next = pg_next,
+    .changes = pg_changes,
+    .col_null = pg_col_null,
+    .col_int = pg_col_int,
+    .col_text = pg_col_text,
+    .try_once = NULL,
+    .column_type = pg_column_type,
+    .table_columns = pg_table_columns,
+    .index_exists = pg_index_exists,
+    .exec_ddl = pg_exec_ddl,
+    .ddl_begin = pg_ddl_begin,
+    .ddl_end = pg_ddl_end,
+    .health = pg_health,
+    .close = pg_close,
+};
+
+/* ---- the URL ---- */
+
+/* Whether libpq knows a connection keyword (so it may stay in the URI). */
+static bool libpq_keyword(const char *name, size_t len)
+{
+    PQconninfoOption *opts = PQconndefaults();
+    bool known = false;
+    for (PQconninfoOption *o = opts; o && o->keyword && !known; o++)
+        known = strlen(o->keyword) == len && strncmp(o->keyword, name, len) == 0;
+    PQconninfoFree(opts);
+    return known;
+}
+
+/* "postgresql+asyncpg://u:p@h:5432/db?sslmode=require&ssl=true&x=y" ->
+ * "postgresql://u:p@h:5432/db?sslmode=require&sslmode=require": the
+ * scheme libpq reads, the asyncpg spelling `ssl=<mode>` as `sslmode`, and
+ * query options libpq does not know (driver options of SQLAlchemy's
+ * dialects) left out, each named in *dropped. */
+static char *libpq_uri(const char *url, struct sl_strlist *dropped)
+{
+    const char *rest = strstr(url, "://");
+    if (!rest)
+        return NULL;
+    rest += 3;
+    size_t base = strcspn(rest, "?");
+    struct sl_buf b;
+    sl_buf_init(&b, 8192);
+    int rc = sl_buf_append(&b, "postgresql://", 13);
+    if (rc == 0)
+        rc = sl_buf_append(&b, rest, base);
+    char sep = '?';
+    for (const char *q = rest[base] ? rest + base + 1 : NULL; q && *q && rc == 0;) {
+        size_t n = strcspn(q, "&");
+        size_t klen = strcspn(q, "=");
+        if (klen > n)
+            klen = n;
+        const char *value = klen < n ? q + klen + 1 : "";
+        size_t vlen = klen < n ? n - klen - 1 : 0;
+        if (klen == 3 && strncmp(q, "ssl", 3) == 0) {
+            /* asyncpg: ssl=true|require|verify-full ... */
+            bool on = vlen == 4 && strncmp(value, "true", 4) == 0;
+            rc = sl_buf_append(&b, &sep, 1);
+            if (rc == 0)
+                rc = sl_buf_append(&b, "sslmode=", 8);
+            if (rc == 0)
+                rc = on ? sl_buf_append(&b, "require", 7) : sl_buf_append(&b, value, vlen);
+            sep = '&';
+        } else if (klen > 0 && libpq_keyword(q, klen)) {
+            rc = sl_buf_append(&b, &sep, 1);
+            if (rc == 0)
+                rc = sl_buf_append(&b, q, n);
+            sep = '&';
+        } else if (klen > 0) {
+            char name[64];
+            snprintf(name, sizeof(name), "%.*s", (int)(klen < 63 ? klen : 63), q);
+            rc = sl_strlist_push(dropped, name);
+        }
+        q += n;
+        if (*q == '&')
+            q++;
+    }
+    if (rc == 0)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc < 0) {
+        sl_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+struct sl_store *sl_store_postgresql_open(const struct sl_pg_options *o, struct sl_error *err)
+{
+    struct pg_db *db = calloc(1, sizeof(*db));
+    if (!db) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&db->lock, NULL);
+    pthread_cond_init(&db->freed, NULL);
+    db->pub.drv = &pg_driver;
+    db->pub.dialect = &pg_dialect;
+    db->pub.backend = "postgresql";
+    db->size = o->pool_size > 0 ? o->pool_size : 1;
+    db->wait_us = o->wait_ms * 1000;
+    db->recycle_us = o->recycle_seconds > 0 ? o->recycle_seconds * 1000000 : 0;
+    db->conns = calloc((size_t)db->size, sizeof(*db->conns));
+    db->database = strdup(o->database ? o->database : "");
+    struct sl_strlist dropped = {0};
+    char *uri = libpq_uri(o->url, &dropped);
+    /* Later keywords override what the URI says: the session settings the
+     * core relies on, and a connect timeout so an unreachable server
+     * answers within seconds. */
+    char timeout[24], options[160];
+    snprintf(timeout, sizeof(timeout), "%lld", (long long)o->connect_timeout_seconds);
+    snprintf(options, sizeof(options),
+             "-c DateStyle=ISO -c TimeZone=UTC -c lock_timeout=%lld -c statement_timeout=%lld",
+             (long long)o->wait_ms, (long long)o->statement_timeout_ms);
+    const char *kw[] = {"dbname", "connect_timeout", "options", "application_name", NULL};
+    const char *vals[] = {uri, timeout, options, "sandloom"};
+    for (size_t i = 0; kw[i]; i++) {
+        db->keywords[i] = kw[i];
+        db->values[i] = vals[i] ? strdup(vals[i]) : NULL;
+    }
+    free_secret(uri);
+    bool ok = db->conns && db->database && db->values[0] && db->values[1] && db->values[2] &&
+              db->values[3];
+    for (int i = 0; ok && i < db->size; i++)
+        db->conns[i].pub.db = &db->pub;
+    db->pub.database = db->database;
+    if (!ok) {
+        sl_strlist_free(&dropped);
+        pg_close(&db->pub);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    if (o->dropped) {
+        *o->dropped = dropped;
+    } else {
+        sl_strlist_free(&dropped);
+    }
+    return sl_sql_store_new(&db->pub, err);
+}
