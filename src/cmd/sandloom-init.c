@@ -303,7 +303,12 @@ static int session_main(int ctl)
                 continue;
             int sig = got == 1 && req == SL_SESSION_TERM ? SIGTERM : SIGKILL;
             kill(-r->pid, sig);
-            kill(r->pid, sig);
+            /* A command that left its group (setsid, setpgid) still gets
+             * the signal, but a catchable one reaches it once: the group's
+             * copy already did when it is still the leader, and a second,
+             * arriving while its handler runs, would run the handler again. */
+            if (sig == SIGKILL || getpgid(r->pid) != r->pid)
+                kill(r->pid, sig);
             if (got != 1) {
                 close(r->status_fd);
                 r->status_fd = -1;
