@@ -82,9 +82,13 @@ sanitize: deps $(ASAN_BUILD)/build.ninja
 	ninja -C $(ASAN_BUILD)
 	meson test -C $(ASAN_BUILD) --suite unit --print-errorlogs
 
-# Regenerates docs/CONFIGURATION.md from the configuration table.
+# Regenerates docs/CONFIGURATION.md from the configuration table and the
+# deploy SQL from the schema.
 docs: build
 	$(BUILD)/config-reference > docs/CONFIGURATION.md
+	mkdir -p deploy/sql
+	$(BUILD)/schema-sql postgresql > deploy/sql/generic-postgresql.sql
+	$(BUILD)/schema-sql mysql > deploy/sql/generic-mysql.sql
 
 format:
 	clang-format -i $$(git ls-files 'src/*.c' 'src/*.h' 'tests/*.c')

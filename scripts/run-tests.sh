@@ -7,6 +7,10 @@
 #      `basic` isolation level (SANDLOOM_TEST_LEVEL=basic), its own tier
 #   5. release build only: the end-to-end tests and the escape suite again
 #      with every daemon's sandboxes on a workspace image (SANDLOOM_TEST_IMAGE)
+#   6. release build only: the end-to-end tests again with every daemon's
+#      metadata on a real PostgreSQL server, then on a real MariaDB server
+#      (tests/db/run-with-*.sh start them), and the server-database suite
+#      (tests/db) on each
 # and, when $2 names an ASan+UBSan build, tiers 1-3 again against it.
 # Ends with one line "total: N passed, N failed".
 set -uo pipefail
@@ -71,11 +75,34 @@ run_variant() {
     total_fail=$((total_fail + v_fail))
 }
 
+# run_db BUILD LABEL NAME SERVER PYTEST-ARGS...: pytest under a database
+# server of its own (tests/db/run-with-SERVER.sh), own junit file and counts.
+run_db() {
+    local dir="$1" label="$2" name="$3" server="$4" counts v_pass v_fail
+    shift 4
+    local junit="$dir/${name/@/-}-junit.xml"
+    echo "== $label: $name"
+    rm -f "$junit"
+    SANDLOOMD="$root/$dir/sandloomd" tests/db/run-with-"$server".sh $py -m pytest -q \
+        -p no:cacheprovider -o junit_suite_name="$name" --junitxml="$junit" "$@" || status=1
+    counts=$($py scripts/count-results.py junit "$junit")
+    read -r v_pass v_fail <<<"$counts"
+    echo "$label $name: $v_pass passed, $v_fail failed"
+    total_pass=$((total_pass + v_pass))
+    total_fail=$((total_fail + v_fail))
+}
+
 image_bytes=$((1 << 30))
 run_tier "$build" "release"
 run_variant "$build" release security@basic tests/security SANDLOOM_TEST_LEVEL=basic
 run_variant "$build" release e2e@image tests/e2e SANDLOOM_TEST_IMAGE=$image_bytes
 run_variant "$build" release security@image tests/security SANDLOOM_TEST_IMAGE=$image_bytes
+# The tests marked sqlite_file work on the SQLite file itself; tests/db
+# covers what they cover on the servers.
+run_db "$build" release e2e@postgresql postgres -m "not sqlite_file" tests/e2e
+run_db "$build" release db@postgresql postgres tests/db
+run_db "$build" release e2e@mariadb mariadb -m "not sqlite_file" tests/e2e
+run_db "$build" release db@mariadb mariadb tests/db
 if [ -n "$asan_build" ]; then
     export ASAN_OPTIONS=detect_leaks=1
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

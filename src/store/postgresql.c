@@ -6,13 +6,8 @@
  * every parameter in its text form, every column read back as text (the
  * session runs DateStyle ISO, so a timestamp reads "2026-12-02 05:30:00.5").
  *
- * Connections: a pool of `size` connections, opened on first use. acquire()
- * hands one to a single store method (waiting for a free one at most the
- * lock timeout); one that broke, or is older than the recycle age, is
- * reopened first. While the server cannot be reached, one attempt a second
- * is made and every other acquire() fails at once with
- * METADATA_UNAVAILABLE: requests answer 503 quickly, and the first attempt
- * that succeeds brings the service back without a restart.
+ * Connections come from the pool of store/sql_pool.h (opened on first use,
+ * reopened when broken, one attempt a second while the server is away).
  *
  * Statements are prepared once per connection (named sl<id>), with the
  * parameter types left to the server. */
@@ -20,22 +15,20 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "common/cleanup.h"
 #include "common/util.h"
 #include "store/schema.h"
 #include "store/sql_driver.h"
+#include "store/sql_pool.h"
 
 /* FLEET.md §2.4: the advisory lock every replica's auto-DDL takes. */
 #define DDL_LOCK_KEY "2800179869"
-/* How often a server that could not be reached is tried again. */
-#define RETRY_US 1000000
+
+static const char *pg_column_type(const struct sl_schema_column *col, char *buf, size_t size);
 
 static const struct sl_sql_dialect pg_dialect = {
     .placeholders = SL_SQL_PH_DOLLAR,
@@ -46,18 +39,19 @@ static const struct sl_sql_dialect pg_dialect = {
     .text_param_fmt = "CAST(%s AS TEXT)",
     .is_op = "IS NOT DISTINCT FROM",
     .text_allows_nul = false,
+    .create_index_if_not_exists = true,
     .table_options = "",
+    .column_type = pg_column_type,
 };
 
+const struct sl_sql_dialect *sl_postgresql_dialect(void) { return &pg_dialect; }
+
 struct pg_conn {
-    struct sl_sql_conn pub; /* first */
+    struct sl_sql_conn pub; /* first: with the pool's bookkeeping */
     PGconn *pg;
     bool prepared[SL_SQL_MAX_STMTS];
     PGresult *res; /* of the last query */
     int row, nrows;
-    bool busy;   /* handed out by acquire() */
-    bool broken; /* reopen before the next use */
-    int64_t opened_us;
 };
 
 struct pg_db {
@@ -66,17 +60,7 @@ struct pg_db {
     const char *keywords[8];
     char *values[8];
     char *database;
-    pthread_mutex_t lock;
-    pthread_cond_t freed;
-    struct pg_conn *conns;
-    int size;
-    int64_t wait_us;    /* longest wait for a free connection */
-    int64_t recycle_us; /* 0 = never */
-    /* Under lock: when the next connection attempt may be made after one
-     * failed, and what it said. */
-    int64_t retry_at_us;
-    atomic_bool failing;
-    char why[256];
+    struct sl_sql_pool pool;
 };
 
 /* The connection string holds the password. */
@@ -99,35 +83,27 @@ static void first_line(const char *text, char *out, size_t size)
     out[strcspn(out, "\n")] = '\0';
 }
 
-static void note_failure(struct pg_db *db, const char *text)
-{
-    pthread_mutex_lock(&db->lock);
-    first_line(text, db->why, sizeof(db->why));
-    pthread_mutex_unlock(&db->lock);
-    atomic_store(&db->failing, true);
-}
-
 static int pg_fail(struct pg_conn *c, struct sl_error *err, const char *what, const char *text)
 {
     char line[256];
     first_line(text, line, sizeof(line));
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
-        c->broken = true;
-        note_failure(db_of(c->pub.db), line);
+        c->pub.broken = true;
+        sl_sql_pool_note(&db_of(c->pub.db)->pool, false, line);
     }
     return sl_sql_fail(err, "postgresql", what, line);
 }
 
 /* ---- connections ---- */
 
-static void conn_drop(struct pg_conn *c)
+static void pg_conn_close(struct sl_sql_conn *pc)
 {
+    struct pg_conn *c = conn_of(pc);
     PQclear(c->res);
     c->res = NULL;
     PQfinish(c->pg);
     c->pg = NULL;
     memset(c->prepared, 0, sizeof(c->prepared));
-    c->broken = false;
 }
 
 /* CREATE TABLE IF NOT EXISTS and friends send NOTICEs; libpq would print
@@ -138,88 +114,48 @@ static void quiet_notices(void *arg, const char *message)
     (void)message;
 }
 
-static int conn_open(struct pg_db *db, struct pg_conn *c, struct sl_error *err)
+static int pg_conn_open(struct sl_sql_conn *pc, char *text, size_t size)
 {
-    int64_t now = sl_mono_us();
-    pthread_mutex_lock(&db->lock);
-    bool wait = now < db->retry_at_us;
-    char why[256];
-    snprintf(why, sizeof(why), "%s", db->why);
-    pthread_mutex_unlock(&db->lock);
-    if (wait)
-        return sl_sql_fail(err, "postgresql", "connect (retried once a second)", why);
+    struct pg_conn *c = conn_of(pc);
+    struct pg_db *db = db_of(pc->db);
     c->pg = PQconnectdbParams(db->keywords, (const char *const *)db->values, 1);
     if (!c->pg || PQstatus(c->pg) != CONNECTION_OK) {
-        char line[256];
-        first_line(c->pg ? PQerrorMessage(c->pg) : "out of memory", line, sizeof(line));
+        first_line(c->pg ? PQerrorMessage(c->pg) : "out of memory", text, size);
         PQfinish(c->pg);
         c->pg = NULL;
-        pthread_mutex_lock(&db->lock);
-        db->retry_at_us = sl_mono_us() + RETRY_US;
-        snprintf(db->why, sizeof(db->why), "%s", line);
-        pthread_mutex_unlock(&db->lock);
-        atomic_store(&db->failing, true);
-        return sl_sql_fail(err, "postgresql", "connect", line);
+        return -1;
     }
     PQsetNoticeProcessor(c->pg, quiet_notices, NULL);
-    c->opened_us = sl_mono_us();
     return 0;
 }
+
+static bool pg_conn_alive(struct sl_sql_conn *pc)
+{
+    return PQstatus(conn_of(pc)->pg) == CONNECTION_OK;
+}
+
+static const struct sl_sql_pool_ops pg_pool_ops = {
+    .open = pg_conn_open,
+    .close = pg_conn_close,
+    .alive = pg_conn_alive,
+};
 
 static struct sl_sql_conn *pg_acquire(struct sl_sql_db *d, bool write, struct sl_error *err)
 {
     (void)write;
-    struct pg_db *db = db_of(d);
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    int64_t ns = deadline.tv_nsec + (db->wait_us % 1000000) * 1000;
-    deadline.tv_sec += (time_t)(db->wait_us / 1000000 + ns / 1000000000);
-    deadline.tv_nsec = (long)(ns % 1000000000);
-    struct pg_conn *c = NULL;
-    pthread_mutex_lock(&db->lock);
-    for (;;) {
-        for (int i = 0; i < db->size && !c; i++)
-            if (!db->conns[i].busy)
-                c = &db->conns[i];
-        if (c || pthread_cond_timedwait(&db->freed, &db->lock, &deadline) == ETIMEDOUT)
-            break;
-    }
-    if (c)
-        c->busy = true;
-    pthread_mutex_unlock(&db->lock);
-    if (!c) {
-        char text[96];
-        snprintf(text, sizeof(text), "all %d connections of the pool stayed busy", db->size);
-        sl_sql_fail(err, "postgresql", "acquire", text);
-        return NULL;
-    }
-    bool stale = c->pg && db->recycle_us > 0 && sl_mono_us() - c->opened_us > db->recycle_us;
-    if (c->pg && (c->broken || stale || PQstatus(c->pg) != CONNECTION_OK))
-        conn_drop(c);
-    if (!c->pg && conn_open(db, c, err) < 0) {
-        pthread_mutex_lock(&db->lock);
-        c->busy = false;
-        pthread_cond_signal(&db->freed);
-        pthread_mutex_unlock(&db->lock);
-        return NULL;
-    }
-    return &c->pub;
+    return sl_sql_pool_acquire(&db_of(d)->pool, err);
 }
 
 static void pg_release(struct sl_sql_conn *pc)
 {
     struct pg_conn *c = conn_of(pc);
-    struct pg_db *db = db_of(pc->db);
     PQclear(c->res);
     c->res = NULL;
     /* A connection left inside a transaction (a bug, or a failed
      * rollback) is not handed to the next method. */
     if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
-        c->broken = true;
-    pthread_mutex_lock(&db->lock);
-    c->busy = false;
-    pthread_cond_signal(&db->freed);
-    pthread_mutex_unlock(&db->lock);
+        pc->broken = true;
+    sl_sql_pool_release(&db_of(pc->db)->pool, pc);
 }
 
 /* ---- statements ---- */
@@ -234,7 +170,7 @@ static int take_result(struct pg_conn *c, PGresult *res, const char *what, struc
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         c->nrows = PQntuples(res);
-        atomic_store(&db_of(c->pub.db)->failing, false);
+        sl_sql_pool_note(&db_of(c->pub.db)->pool, true, NULL);
         return 0;
     }
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
@@ -313,7 +249,7 @@ static int pg_query(struct sl_sql_conn *pc, int id, const struct sl_sql_text *te
      * before its next use. */
     if (rc == -1 && strcmp(last_state(c), "0A000") == 0) {
         if (PQtransactionStatus(c->pg) != PQTRANS_IDLE) {
-            c->broken = true;
+            c->pub.broken = true;
             return -1;
         }
         PQclear(PQexec(c->pg, "DEALLOCATE ALL"));
@@ -407,7 +343,7 @@ static const char *pg_column_type(const struct sl_schema_column *col, char *buf,
     case SL_SCHEMA_BIGINT:
         return "BIGINT";
     case SL_SCHEMA_DATETIME:
-        return "TIMESTAMP WITHOUT TIME ZONE";
+        return "TIMESTAMP"; /* without time zone: naive UTC */
     case SL_SCHEMA_JSON:
         return "JSON";
     case SL_SCHEMA_TEXT:
@@ -492,14 +428,7 @@ static int pg_ddl_end(struct sl_sql_conn *pc, bool ok, struct sl_error *err)
 
 static bool pg_health(struct sl_sql_db *d, char *why, size_t size)
 {
-    struct pg_db *db = db_of(d);
-    bool failing = atomic_load(&db->failing);
-    if (failing && why && size) {
-        pthread_mutex_lock(&db->lock);
-        snprintf(why, size, "%s", db->why);
-        pthread_mutex_unlock(&db->lock);
-    }
-    return !failing;
+    return sl_sql_pool_health(&db_of(d)->pool, why, size);
 }
 
 static void pg_close(struct sl_sql_db *d)
@@ -507,14 +436,11 @@ static void pg_close(struct sl_sql_db *d)
     if (!d)
         return;
     struct pg_db *db = db_of(d);
-    for (int i = 0; db->conns && i < db->size; i++)
-        conn_drop(&db->conns[i]);
-    free(db->conns);
+    if (db->pool.conns)
+        sl_sql_pool_destroy(&db->pool);
     for (size_t i = 0; i < SL_ARRAY_LEN(db->values); i++)
         free_secret(db->values[i]);
     free(db->database);
-    pthread_mutex_destroy(&db->lock);
-    pthread_cond_destroy(&db->freed);
     free(db);
 }
 
@@ -531,7 +457,6 @@ static const struct sl_sql_driver pg_driver = {
     .col_int = pg_col_int,
     .col_text = pg_col_text,
     .try_once = NULL,
-    .column_type = pg_column_type,
     .table_columns = pg_table_columns,
     .index_exists = pg_index_exists,
     .exec_ddl = pg_exec_ddl,
@@ -611,23 +536,21 @@ static char *libpq_uri(const char *url, struct sl_strlist *dropped)
     return b.data;
 }
 
-struct sl_store *sl_store_postgresql_open(const struct sl_pg_options *o, struct sl_error *err)
+struct sl_store *sl_store_postgresql_open(const struct sl_server_db_options *o, struct sl_error *err)
 {
     struct pg_db *db = calloc(1, sizeof(*db));
     if (!db) {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    pthread_mutex_init(&db->lock, NULL);
-    pthread_cond_init(&db->freed, NULL);
     db->pub.drv = &pg_driver;
     db->pub.dialect = &pg_dialect;
     db->pub.backend = "postgresql";
-    db->size = o->pool_size > 0 ? o->pool_size : 1;
-    db->wait_us = o->wait_ms * 1000;
-    db->recycle_us = o->recycle_seconds > 0 ? o->recycle_seconds * 1000000 : 0;
-    db->conns = calloc((size_t)db->size, sizeof(*db->conns));
     db->database = strdup(o->database ? o->database : "");
+    db->pub.database = db->database;
+    int pool_rc = sl_sql_pool_init(&db->pool, &db->pub, &pg_pool_ops, o->pool_size,
+                                   sizeof(struct pg_conn), o->wait_ms * 1000,
+                                   o->recycle_seconds > 0 ? o->recycle_seconds * 1000000 : 0);
     struct sl_strlist dropped = {0};
     char *uri = libpq_uri(o->url, &dropped);
     /* Later keywords override what the URI says: the session settings the
@@ -640,26 +563,22 @@ struct sl_store *sl_store_postgresql_open(const struct sl_pg_options *o, struct 
              (long long)o->wait_ms, (long long)o->statement_timeout_ms);
     const char *kw[] = {"dbname", "connect_timeout", "options", "application_name", NULL};
     const char *vals[] = {uri, timeout, options, "sandloom"};
+    bool ok = pool_rc == 0 && db->database && uri;
     for (size_t i = 0; kw[i]; i++) {
         db->keywords[i] = kw[i];
         db->values[i] = vals[i] ? strdup(vals[i]) : NULL;
+        ok = ok && db->values[i];
     }
     free_secret(uri);
-    bool ok = db->conns && db->database && db->values[0] && db->values[1] && db->values[2] &&
-              db->values[3];
-    for (int i = 0; ok && i < db->size; i++)
-        db->conns[i].pub.db = &db->pub;
-    db->pub.database = db->database;
     if (!ok) {
         sl_strlist_free(&dropped);
         pg_close(&db->pub);
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    if (o->dropped) {
+    if (o->dropped)
         *o->dropped = dropped;
-    } else {
+    else
         sl_strlist_free(&dropped);
-    }
     return sl_sql_store_new(&db->pub, err);
 }

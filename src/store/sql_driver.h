@@ -58,9 +58,19 @@ struct sl_sql_dialect {
      * U+FFFD in their place (command output is text, PostgreSQL refuses
      * \0 in TEXT). */
     bool text_allows_nul;
+    /* Whether CREATE INDEX IF NOT EXISTS exists; without it (MySQL) the
+     * schema script declares the indexes inside CREATE TABLE. */
+    bool create_index_if_not_exists;
     /* Appended to every CREATE TABLE (MySQL: engine and character set). */
     const char *table_options;
+    /* The dialect's spelling of a schema column's type. */
+    const char *(*column_type)(const struct sl_schema_column *col, char *buf, size_t size);
 };
+
+/* Each driver's dialect, for the schema script without a database. */
+const struct sl_sql_dialect *sl_sqlite_dialect(void);
+const struct sl_sql_dialect *sl_postgresql_dialect(void);
+const struct sl_sql_dialect *sl_mysql_dialect(void);
 
 /* A statement rendered for one dialect. `order` maps the k-th placeholder
  * of the text to its parameter number (SL_SQL_PH_POSITION only). */
@@ -96,6 +106,9 @@ struct sl_sql_db {
 };
 struct sl_sql_conn {
     struct sl_sql_db *db;
+    /* The pool's bookkeeping (store/sql_pool.h); SQLite has none. */
+    bool busy, open, broken;
+    int64_t opened_us;
 };
 
 /* query() outcomes besides 0 and -1. */
@@ -130,7 +143,6 @@ struct sl_sql_driver {
     void (*try_once)(struct sl_sql_conn *c, bool on);
 
     /* Schema. */
-    const char *(*column_type)(const struct sl_schema_column *col, char *buf, size_t size);
     /* The live table's column names in order; an absent table gives none. */
     int (*table_columns)(struct sl_sql_conn *c, const char *table, struct sl_strlist *out,
                          struct sl_error *err);
@@ -152,6 +164,10 @@ struct sl_store;
 /* The store over an opened driver database; takes ownership of db (closed
  * with the store, or here on failure). */
 struct sl_store *sl_sql_store_new(struct sl_sql_db *db, struct sl_error *err);
+
+/* The schema as a script of the dialect (what auto-DDL creates), after
+ * `heading`; malloc'd, NULL when out of memory. */
+char *sl_sql_schema_script(const struct sl_sql_dialect *d, const char *heading);
 
 /* The METADATA_UNAVAILABLE refusal of a driver: the client sees the code,
  * the operator the database's text. Returns -1. */

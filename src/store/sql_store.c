@@ -813,8 +813,8 @@ static bool scope_conflicts(const char *want, const char *column, const char *co
 /* ---- schema ---- */
 
 /* CREATE TABLE IF NOT EXISTS for one table, from the shared schema data. */
-static int ddl_render_table(struct sql_store *st, const struct sl_schema_table *table,
-                            struct sl_buf *out)
+static int ddl_render_table(const struct sl_sql_dialect *d, const struct sl_schema_table *table,
+                            bool inline_indexes, struct sl_buf *out)
 {
     char line[512];
     snprintf(line, sizeof(line), "CREATE TABLE IF NOT EXISTS %s (\n", table->name);
@@ -827,7 +827,7 @@ static int ddl_render_table(struct sql_store *st, const struct sl_schema_table *
         else if (col->has_default)
             snprintf(dflt, sizeof(dflt), " DEFAULT %ld", col->default_value);
         snprintf(line, sizeof(line), "    %s %s%s%s,\n", col->name,
-                 st->drv->column_type(col, type, sizeof(type)), col->nullable ? "" : " NOT NULL",
+                 d->column_type(col, type, sizeof(type)), col->nullable ? "" : " NOT NULL",
                  dflt);
         rc = sl_buf_append(out, line, strlen(line));
     }
@@ -840,8 +840,15 @@ static int ddl_render_table(struct sql_store *st, const struct sl_schema_table *
                  table->unique_columns);
         rc = sl_buf_append(out, line, strlen(line));
     }
+    for (size_t i = 0; inline_indexes && i < sl_schema_nindexes && rc == 0; i++) {
+        const struct sl_schema_index *ix = &sl_schema_indexes[i];
+        if (strcmp(ix->table, table->name) != 0)
+            continue;
+        snprintf(line, sizeof(line), ",\n    INDEX %s (%s)", ix->name, ix->columns);
+        rc = sl_buf_append(out, line, strlen(line));
+    }
     if (rc == 0) {
-        snprintf(line, sizeof(line), "\n)%s", st->db->dialect->table_options);
+        snprintf(line, sizeof(line), "\n)%s", d->table_options);
         rc = sl_buf_append(out, line, strlen(line) + 1);
     }
     return rc;
@@ -881,7 +888,7 @@ static int ddl_add_columns(struct sql_store *st, struct sl_sql_conn *c, struct s
             if (live.len == 0 || sl_strlist_contains(&live, col->name))
                 continue;
             char type[64], sql[256];
-            sl_schema_add_column_sql(table, col, st->drv->column_type(col, type, sizeof(type)),
+            sl_schema_add_column_sql(table, col, st->db->dialect->column_type(col, type, sizeof(type)),
                                      sql, sizeof(sql));
             if (st->drv->exec_ddl(c, sql, err) < 0) {
                 sl_strlist_free(&live);
@@ -930,7 +937,7 @@ static int ddl_locked(struct sql_store *st, struct sl_sql_conn *c, struct sl_err
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++) {
         struct sl_buf sql;
         sl_buf_init(&sql, 16 * 1024);
-        if (ddl_render_table(st, &sl_schema_tables[t], &sql) < 0) {
+        if (ddl_render_table(st->db->dialect, &sl_schema_tables[t], false, &sql) < 0) {
             sl_buf_free(&sql);
             return oom(err);
         }
@@ -942,6 +949,35 @@ static int ddl_locked(struct sql_store *st, struct sl_sql_conn *c, struct sl_err
     if (ddl_add_columns(st, c, err) < 0)
         return -1;
     return ddl_create_indexes(st, c, err);
+}
+
+char *sl_sql_schema_script(const struct sl_sql_dialect *d, const char *heading)
+{
+    struct sl_buf b;
+    sl_buf_init(&b, 256 * 1024);
+    int rc = sl_buf_append(&b, heading, strlen(heading));
+    for (size_t t = 0; t < SL_SCHEMA_NTABLES && rc == 0; t++) {
+        /* ddl_render_table() ends its text with a NUL: drop it. */
+        rc = ddl_render_table(d, &sl_schema_tables[t], !d->create_index_if_not_exists, &b);
+        if (rc == 0) {
+            b.len--;
+            rc = sl_buf_append(&b, ";\n\n", 3);
+        }
+    }
+    for (size_t i = 0; d->create_index_if_not_exists && i < sl_schema_nindexes && rc == 0; i++) {
+        const struct sl_schema_index *ix = &sl_schema_indexes[i];
+        char line[256];
+        snprintf(line, sizeof(line), "CREATE INDEX IF NOT EXISTS %s ON %s (%s);\n", ix->name,
+                 ix->table, ix->columns);
+        rc = sl_buf_append(&b, line, strlen(line));
+    }
+    if (rc == 0)
+        rc = sl_buf_append(&b, "", 1);
+    if (rc < 0) {
+        sl_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
 }
 
 static int sql_prepare_schema(struct sl_store *s, bool auto_ddl, char **warnings,

@@ -44,6 +44,8 @@
 #include "store/schema.h"
 #include "store/sql_driver.h"
 
+static const char *sqlite_column_type(const struct sl_schema_column *col, char *buf, size_t size);
+
 static const struct sl_sql_dialect sqlite_dialect = {
     .placeholders = SL_SQL_PH_NUMBERED,
     .for_update = "",
@@ -53,8 +55,12 @@ static const struct sl_sql_dialect sqlite_dialect = {
     .text_param_fmt = "%s",
     .is_op = "IS",
     .text_allows_nul = true,
+    .create_index_if_not_exists = true,
     .table_options = "",
+    .column_type = sqlite_column_type,
 };
+
+const struct sl_sql_dialect *sl_sqlite_dialect(void) { return &sqlite_dialect; }
 
 /* One connection and its prepared statements, used under its lock. */
 struct sqlite_conn {
@@ -430,7 +436,6 @@ static const struct sl_sql_driver sqlite_driver = {
     .col_int = sqlite_col_int,
     .col_text = sqlite_col_text,
     .try_once = sqlite_try_once,
-    .column_type = sqlite_column_type,
     .table_columns = sqlite_table_columns,
     .index_exists = sqlite_index_exists,
     .exec_ddl = sqlite_exec_ddl,

@@ -285,11 +285,16 @@ struct sl_store *sl_store_open(const struct sl_config *cfg, char **warning, stru
 struct sl_store *sl_store_sqlite_open(const char *path, int busy_timeout_ms,
                                       struct sl_error *err);
 
+/* The schema script of a backend ("sqlite", "postgresql", "mysql"): the tables and
+ * indexes auto-DDL creates, as deploy/sql/generic-<backend>.sql ships them.
+ * malloc'd; NULL for an unknown backend or out of memory. */
+char *sl_store_schema_sql(const char *backend);
+
 struct sl_strlist;
-/* PostgreSQL (libpq). url: the configured URL (any of COMPAT.md §1's
+/* The server databases. url: the configured URL (any of COMPAT.md §1's
  * spellings); wait_ms bounds the wait for a free connection and for a row
  * lock; statement_timeout_ms any one statement. */
-struct sl_pg_options {
+struct sl_server_db_options {
     const char *url;
     const char *database; /* the name, for /healthz */
     int pool_size;
@@ -299,6 +304,8 @@ struct sl_pg_options {
     int64_t recycle_seconds; /* <= 0: never */
     struct sl_strlist *dropped; /* URL query options libpq does not know; NULL = not asked */
 };
-struct sl_store *sl_store_postgresql_open(const struct sl_pg_options *o, struct sl_error *err);
+struct sl_store *sl_store_postgresql_open(const struct sl_server_db_options *o, struct sl_error *err);
+/* MySQL and MariaDB (libmariadb), the same options. */
+struct sl_store *sl_store_mysql_open(const struct sl_server_db_options *o, struct sl_error *err);
 
 #endif

@@ -15,6 +15,13 @@ Fixtures
   ready_sandbox     function a resolved + connected Sandbox
 
 Set SANDLOOM_E2E_KEEP=1 to keep state directories (for post-mortem).
+
+Under tests/db/run-with-postgres.sh or run-with-mariadb.sh
+(SANDLOOM_TEST_DATABASE_URL set), every daemon whose test does not name its
+own database gets a database of its state directory's own on that server
+(made on first use, so a restart on the same state finds its rows) with
+auto-DDL on; Daemon.sql() reads and writes the metadata tables behind the
+daemon's back on any backend.
 """
 
 import hashlib
@@ -30,6 +37,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import sqlite3
 
 from sandloom_client import Client, Sandbox
 
@@ -43,6 +51,55 @@ _DEFAULT = object()
 def find_binary():
     env = os.environ.get("SANDLOOMD")
     return Path(env) if env else REPO / "build" / "sandloomd"
+
+
+DB_URL = os.environ.get("SANDLOOM_TEST_DATABASE_URL", "")
+DB_KIND = "mysql" if DB_URL.startswith("mysql") else "postgresql" if DB_URL else "sqlite"
+PG_URL = DB_URL  # (the name the PostgreSQL suites first used)
+PG_ADMIN = os.environ.get("SANDLOOM_TEST_PG_ADMIN", "")
+MYSQL_ADMIN = os.environ.get("SANDLOOM_TEST_MYSQL_ADMIN", "")
+
+
+def server_sql(sql, dbname=None):
+    """Run SQL on the harness's server as its administrator (psql or the
+    mariadb client); rows as tuples of text (None for NULL)."""
+    if DB_KIND == "mysql":
+        cmd = ["mariadb", *MYSQL_ADMIN.split(), "--batch", "--skip-column-names", "--raw",
+               "-e", sql] + ([dbname] if dbname else [])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        return [tuple(None if v == "NULL" else v for v in line.split("\t"))
+                for line in out.splitlines()]
+    conn = PG_ADMIN if dbname is None else f"{PG_ADMIN} dbname={dbname}"
+    out = subprocess.run(["psql", conn, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-At",
+                          "-F", "\x1f", "-P", "null=\x1e", "-c", sql],
+                         check=True, capture_output=True, text=True).stdout
+    return [tuple(None if v == "\x1e" else v for v in line.split("\x1f"))
+            for line in out.splitlines()]
+
+
+psql = server_sql
+
+
+def database_url(name):
+    return DB_URL.rsplit("/", 1)[0] + "/" + name
+
+
+def database_for(state):
+    """The database of a state directory (made once): its name, its URL."""
+    name = "sl_" + hashlib.sha256(str(state).encode()).hexdigest()[:16]
+    if DB_KIND == "mysql":
+        server_sql(f"CREATE DATABASE IF NOT EXISTS {name}")
+    elif not server_sql(f"SELECT 1 FROM pg_database WHERE datname = '{name}'"):
+        server_sql(f"CREATE DATABASE {name}")
+    return name, database_url(name)
+
+
+def sql_literal(v):
+    if v is None:
+        return "NULL"
+    if isinstance(v, (int, float)):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"
 
 
 def free_port():
@@ -104,6 +161,10 @@ class Daemon:
             env_full["SANDBOX_MIN_FREE_BYTES"] = str(64 << 20)
         if self.token is not None:
             env_full["SANDBOX_INTERNAL_TOKEN"] = self.token
+        self.pg_database = None  # the server database's name (PostgreSQL or MySQL)
+        if DB_URL and "SANDBOX_DATABASE_URL" not in (env or {}):
+            self.pg_database, env_full["SANDBOX_DATABASE_URL"] = database_for(self.state)
+            env_full["SANDBOX_DATABASE_AUTO_DDL"] = "true"
         env_full.update(env or {})
         for name in unset:
             env_full.pop(name, None)
@@ -173,6 +234,22 @@ class Daemon:
         if self.owns_state and not os.environ.get("SANDLOOM_E2E_KEEP"):
             shutil.rmtree(self.state, ignore_errors=True)
 
+    # -- the metadata database -----------------------------------------------
+    def sql(self, query, params=()):
+        """Run one statement on this daemon's metadata database, `?` for
+        each parameter; the rows as tuples (text on PostgreSQL)."""
+        if self.pg_database:
+            parts = query.split("?")
+            assert len(parts) == len(params) + 1, query
+            text = parts[0] + "".join(sql_literal(p) + rest for p, rest in zip(params, parts[1:]))
+            return server_sql(text, self.pg_database)
+        db = sqlite3.connect(self.db_path, timeout=15)
+        try:
+            with db:
+                return db.execute(query, params).fetchall()
+        finally:
+            db.close()
+
     # -- accessors -----------------------------------------------------------
     def stderr(self):
         try:
@@ -192,6 +269,13 @@ class Daemon:
     @property
     def worker_id(self):
         return f"127.0.0.1-{self.port}"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "sqlite_file: the test works on the SQLite file itself (its locks, its "
+        "tables opened with sqlite3): not run again on PostgreSQL, where tests/db covers the "
+        "same behaviour")
 
 
 # ---------------------------------------------------------------------------

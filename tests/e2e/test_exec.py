@@ -191,7 +191,12 @@ def test_output_bytes_are_preserved(ready_sandbox):
     assert b["stdout"] == "a\u0000b\ufffdc\n", f"stdout mangled: {b['stdout']!r}"
     assert b["stderr"] == "\u00e9\n", f"stderr mangled: {b['stderr']!r}"
     again = run(ready_sandbox, ["true"], exec_id=exec_id)
-    assert again["stdout"] == "a\u0000b\ufffdc\n", f"stored stdout mangled: {again['stdout']!r}"
+    # PostgreSQL's text cannot hold a NUL byte: the stored record has U+FFFD
+    # in its place (docs/ARCHITECTURE.md, the store); the answer of the run
+    # itself, above, keeps it on every backend.
+    on_postgres = os.environ.get("SANDLOOM_TEST_DATABASE_URL", "").startswith("postgres")
+    stored = "a\ufffdb\ufffdc\n" if on_postgres else "a\u0000b\ufffdc\n"
+    assert again["stdout"] == stored, f"stored stdout mangled: {again['stdout']!r}"
 
 
 def test_unicode_and_newlines_in_argv_and_env(ready_sandbox):

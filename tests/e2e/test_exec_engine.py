@@ -14,7 +14,6 @@ import concurrent.futures
 import os
 import random
 import signal
-import sqlite3
 import time
 import uuid
 
@@ -675,13 +674,8 @@ def test_daemon_shutdown_cancels_running_background_exec(daemon_factory):
     assert not uid_processes(sb.uid, "sleep 30.991"), "the command outlived the daemon"
 
     def rows():
-        db = sqlite3.connect(d1.db_path)
-        try:
-            return dict(db.execute(
-                "SELECT exec_id, status FROM agent_sandbox_exec WHERE sandbox_id = ?",
-                (sb.id,)).fetchall())
-        finally:
-            db.close()
+        return dict(d1.sql("SELECT exec_id, status FROM agent_sandbox_exec WHERE sandbox_id = ?",
+                           (sb.id,)))
 
     assert rows() == {exec_id: "CANCELLED", done_id: "SUCCEEDED"}, rows()
     d2 = daemon_factory(env, state_dir=d1.state, token=d1.token, port=d1.port)

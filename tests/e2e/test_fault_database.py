@@ -14,6 +14,8 @@ import sys
 import time
 import uuid
 
+import pytest
+
 from sandloom_client import Sandbox, assert_error
 
 HOLD = 8
@@ -24,6 +26,9 @@ def timed(fn):
     r = fn()
     return r, time.monotonic() - t0
 
+
+# Another process holding the SQLite file's lock: SQLite's own failure.
+pytestmark = pytest.mark.sqlite_file
 
 def test_a_held_database_lock_slows_nothing_but_writes(daemon_factory):
     d = daemon_factory({"SANDBOX_DATABASE_LOCK_TIMEOUT_SECONDS": "2",

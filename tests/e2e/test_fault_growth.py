@@ -117,7 +117,6 @@ def test_lifecycle_histories_are_trimmed_by_age(daemon_factory):
     """The other half of the prune: entries of a route's lifecycle history
     older than 15 days go (they are bounded only when written otherwise)."""
     import json
-    import sqlite3
     d = daemon_factory({"SANDBOX_HISTORY_PRUNE_INTERVAL_SECONDS": "1",
                         "SANDBOX_MAINTENANCE_INTERVAL_SECONDS": "1"})
     sb = ready(d, "hist")
@@ -125,13 +124,8 @@ def test_lifecycle_histories_are_trimmed_by_age(daemon_factory):
            "ready_at": "2020-01-01T00:00:00Z", "released_at": "2020-01-02T00:00:00Z",
            "release_reason": "IDLE_TIMEOUT", "released_by": "t", "lifetime_ms": 1}
     recent = dict(old, released_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    db = sqlite3.connect(d.db_path)
-    try:
-        db.execute("UPDATE agent_sandbox_route SET lifecycle_history_json = ? WHERE sandbox_id = ?",
-                   (json.dumps([old, old, recent]), sb.id))
-        db.commit()
-    finally:
-        db.close()
+    d.sql("UPDATE agent_sandbox_route SET lifecycle_history_json = ? WHERE sandbox_id = ?",
+          (json.dumps([old, old, recent]), sb.id))
     # The audit bounds what it shows on every read; the stored row is
     # trimmed by the prune.
     deadline = time.monotonic() + 10
@@ -142,11 +136,7 @@ def test_lifecycle_histories_are_trimmed_by_age(daemon_factory):
             break
         time.sleep(0.3)
     assert reaper.get("audit_history_pruned_rows", 0) >= 1, reaper
-    db = sqlite3.connect(d.db_path)
-    try:
-        stored = json.loads(db.execute("SELECT lifecycle_history_json FROM agent_sandbox_route "
-                                       "WHERE sandbox_id = ?", (sb.id,)).fetchone()[0])
-    finally:
-        db.close()
+    stored = json.loads(d.sql("SELECT lifecycle_history_json FROM agent_sandbox_route "
+                              "WHERE sandbox_id = ?", (sb.id,))[0][0])
     assert [h["released_at"] for h in stored] == [recent["released_at"]], stored
     assert len(sb.audit().body["history"]) == 1

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import sqlite3
 import threading
 import time
 import uuid
@@ -181,10 +180,7 @@ def test_daemon_crash_mid_exec_then_restart(daemon_factory):
     assert_error(sb2.exec(["true"]), 409, "STALE_SANDBOX_ROUTE")
     assert sb2.route().body["status"] == "RUNNING"
     # The running execution of the dead worker was marked lost at startup.
-    db = sqlite3.connect(d1.db_path)
-    rows = db.execute("SELECT status FROM agent_sandbox_exec WHERE sandbox_id = ?",
-                      (sb.id,)).fetchall()
-    db.close()
+    rows = d1.sql("SELECT status FROM agent_sandbox_exec WHERE sandbox_id = ?", (sb.id,))
     assert rows == [("WORKER_LOST",)], rows
     r = sb2.release()
     assert r.status == 200 and r.body == {"status": "RELEASED"}, r

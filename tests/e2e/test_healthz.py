@@ -37,8 +37,12 @@ def test_top_level(hz):
 
 def test_db(hz, daemon):
     db = hz["db"]
-    assert db["backend"] == "sqlite", db
     assert db["source"] == "url", db
+    if daemon.pg_database:
+        from conftest import DB_KIND
+        assert db["backend"] == DB_KIND and db["database"] == daemon.pg_database, db
+        return
+    assert db["backend"] == "sqlite", db
     # The file's name only: /healthz needs no token, and where the state
     # lives is not every caller's business (the hardening issue, 17).
     assert db["database"] == daemon.db_path.name, db

@@ -5,7 +5,6 @@ orphaned local directories after their TTL, counts a failing step while
 the rest of the cycle goes on, and publishes reaper_status; exec answers
 and the route record say when the sandbox would be stopped or released."""
 import datetime as dt
-import sqlite3
 import subprocess
 import time
 import uuid
@@ -91,12 +90,8 @@ def test_stuck_release_is_finished_and_a_failure_does_not_stop_the_cycle(daemon_
     # Two routes left RELEASING long ago (as by a crash mid-release). The
     # second one's directory cannot be moved (immutable): its release fails
     # every cycle, and the first is still finished.
-    db = sqlite3.connect(d.db_path, timeout=15)
-    with db:
-        db.execute("UPDATE agent_sandbox_route SET status='RELEASING', "
-                   "updated_at='2020-01-01 00:00:00' WHERE sandbox_id IN (?, ?)",
-                   (stuck.id, broken.id))
-    db.close()
+    d.sql("UPDATE agent_sandbox_route SET status='RELEASING', "
+          "updated_at='2020-01-01 00:00:00' WHERE sandbox_id IN (?, ?)", (stuck.id, broken.id))
     broken_root = d.sandbox_root / broken.id
     subprocess.run(["chattr", "+i", str(broken_root)], check=True)
     try:

@@ -59,6 +59,7 @@ def _columns(db, table):
         return [row[1] for row in con.execute(f"PRAGMA table_info({table})")]
 
 
+@pytest.mark.sqlite_file
 def test_schema_drift_missing_column_refuses_startup(daemon_factory):
     first = daemon_factory()
     # Leave a route behind so the table has data.
@@ -80,6 +81,7 @@ def test_schema_drift_missing_column_refuses_startup(daemon_factory):
     assert "ready_at" not in _columns(db, "agent_sandbox_route")
 
 
+@pytest.mark.sqlite_file
 def test_schema_drift_missing_table_refuses_startup(daemon_factory):
     first = daemon_factory()
     first.stop()
@@ -91,6 +93,7 @@ def test_schema_drift_missing_table_refuses_startup(daemon_factory):
     assert "agent_sandbox_exec" in stderr, stderr
 
 
+@pytest.mark.sqlite_file
 def test_schema_extra_column_only_warns(daemon_factory):
     first = daemon_factory()
     c = first.client()
