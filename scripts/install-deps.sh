@@ -8,7 +8,7 @@ tier="${1:-test}"
 build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
             libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev libpq-dev
-            libmariadb-dev python3)
+            libmariadb-dev libhiredis-dev python3)
 # btrfs-progs: mkfs.btrfs makes the workspace image (SANDBOX_WORKSPACE_IMAGE_BYTES).
 # python3-pip: pip in a sandbox's managed environment is the system's pip.
 run_pkgs=(btrfs-progs python3-pip)
@@ -18,10 +18,11 @@ run_pkgs=(btrfs-progs python3-pip)
 # golang-go, rustc, cargo, default-jdk-headless, node-typescript: every
 # toolchain compiles and runs a program in tests/e2e/test_toolchains.py.
 # postgresql, mariadb-server: the store suite and the end-to-end tests run
-# again on real servers the tests start themselves (tests/db/run-with-*.sh).
+# again on real servers the tests start themselves (tests/db/run-with-*.sh);
+# redis-server: the registry's (tests/db/run-with-redis.sh).
 test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
-           mariadb-server)
+           mariadb-server redis-server)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")

@@ -76,14 +76,16 @@ run_variant() {
 }
 
 # run_db BUILD LABEL NAME SERVER PYTEST-ARGS...: pytest under a database
-# server of its own (tests/db/run-with-SERVER.sh), own junit file and counts.
+# server and a Redis of its own (tests/db/run-with-SERVER.sh,
+# run-with-redis.sh), own junit file and counts.
 run_db() {
     local dir="$1" label="$2" name="$3" server="$4" counts v_pass v_fail
     shift 4
     local junit="$dir/${name/@/-}-junit.xml"
     echo "== $label: $name"
     rm -f "$junit"
-    SANDLOOMD="$root/$dir/sandloomd" tests/db/run-with-"$server".sh $py -m pytest -q \
+    SANDLOOMD="$root/$dir/sandloomd" tests/db/run-with-"$server".sh \
+        tests/db/run-with-redis.sh $py -m pytest -q \
         -p no:cacheprovider -o junit_suite_name="$name" --junitxml="$junit" "$@" || status=1
     counts=$($py scripts/count-results.py junit "$junit")
     read -r v_pass v_fail <<<"$counts"

@@ -137,13 +137,6 @@ int main(void)
         failure = "ConfigError";
         goto out;
     }
-    if (strcmp(cfg.registry_backend, "memory") != 0) {
-        sl_error_set(&err, SL_E_CONFIG, 0,
-                     "SANDBOX_REGISTRY_BACKEND: the %s registry is not supported by this build yet",
-                     cfg.registry_backend);
-        failure = "ConfigError";
-        goto out;
-    }
 
     /* Metadata store and schema (RUNTIME.md §2 step 2). The database holds
      * every command line and environment: created 0600 whatever the umask
@@ -201,8 +194,17 @@ int main(void)
         free(cfg.internal_token);
         cfg.internal_token = kept;
     }
-    registry = sl_registry_memory_open();
-    if (!registry) {
+    /* The registry (FLEET.md §3): one process's memory, or Redis for a
+     * fleet. Redis is not contacted here: an unreachable one makes
+     * placement answer 503 until it is back, it does not stop startup. */
+    if (strcmp(cfg.registry_backend, "redis") == 0) {
+        registry = sl_registry_redis_open(cfg.redis_url, cfg.registry_namespace,
+                                          (int)cfg.heartbeat_ttl_seconds, 2000, &err);
+        if (!registry) {
+            failure = "ConfigError";
+            goto out;
+        }
+    } else if (!(registry = sl_registry_memory_open())) {
         sl_error_set(&err, SL_E_INTERNAL, 0, "out of memory");
         failure = "MemoryError";
         goto out;
@@ -266,7 +268,7 @@ int main(void)
     blobstore = NULL;
     runtime = NULL;
     if (sl_service_start(svc, &err) < 0) {
-        failure = "HeartbeatError";
+        failure = sl_error_is(&err, SL_E_CONFIG) ? "ConfigError" : "HeartbeatError";
         goto out;
     }
 

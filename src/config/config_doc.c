@@ -97,9 +97,9 @@ const struct sl_config_doc sl_config_docs[] = {
     REF("SANDBOX_METADATA_BACKEND", "Metadata store: `auto` or `sqlalchemy` is the built-in SQL store; any other name is a plugin, which this build refuses."),
     REF("SANDBOX_MYSQL_CONNECT_TIMEOUT_SECONDS", "Connect timeout of a server database (MySQL, and PostgreSQL too); while the server cannot be reached a replica tries once a second and every other request answers 503 at once."),
     REF("SANDBOX_MYSQL_POOL_RECYCLE_SECONDS", "Age after which a pooled connection to a server database is replaced; -1 = never."),
-    REF("SANDBOX_REGISTRY_BACKEND", "Worker registry: `memory` (one worker). `redis` is read but not yet supported by this build (startup says so)."),
+    REF("SANDBOX_REGISTRY_BACKEND", "Worker registry: `memory` (one worker; replicas cannot share it) or `redis` (a fleet: heartbeats with a TTL under the namespace below). An unreachable Redis makes placement and forwarding answer 503 `NO_SANDBOX_WORKER_AVAILABLE` until it is back; it does not stop startup."),
     REF("SANDBOX_REGISTRY_NAMESPACE", "Key prefix in the registry."),
-    REF("SANDBOX_REDIS_URL", "Redis URL of the registry."),
+    REF("SANDBOX_REDIS_URL", "Redis URL of the registry: `redis://[:password@]host[:port][/db]` (TLS `rediss://` is refused by this build); every command waits at most 2 s."),
 
     SECTION("Object store and templates"),
     REF("SANDBOX_OBJECT_STORE_BACKEND", "`s3` (used when a bucket is set) or `disabled`."),

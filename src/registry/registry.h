@@ -52,6 +52,14 @@ struct sl_registry {
 /* The in-process registry (SANDBOX_REGISTRY_BACKEND=memory). */
 struct sl_registry *sl_registry_memory_open(void);
 
+/* The Redis registry (SANDBOX_REGISTRY_BACKEND=redis): url is
+ * SANDBOX_REDIS_URL, ns SANDBOX_REGISTRY_NAMESPACE, ttl_seconds the
+ * heartbeat TTL (an entry observed that long ago is not live); every
+ * command waits at most timeout_ms. Nothing is connected at open. NULL with
+ * err (SANDBOX_CONFIG_INVALID) for a URL that cannot work. */
+struct sl_registry *sl_registry_redis_open(const char *url, const char *ns, int ttl_seconds,
+                                           int timeout_ms, struct sl_error *err);
+
 /* Fill an entry from a heartbeat payload object. */
 int sl_worker_entry_from_json(const json_t *payload, struct sl_worker_entry *out);
 

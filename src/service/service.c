@@ -530,9 +530,41 @@ static bool uid_listed(const uid_t *v, size_t n, uid_t uid)
     return v && bsearch(&uid, v, n, sizeof(*v), cmp_uid) != NULL;
 }
 
+/* A memory registry is one process's: replicas sharing the database could
+ * never find each other (forwarding would fail, placement would see one
+ * worker each). Another worker id that heartbeat into this database within
+ * the TTL says this configuration cannot work: refuse it at startup. */
+static int refuse_shared_memory_registry(struct sl_service *svc, struct sl_error *err)
+{
+    if (strcmp(svc->registry->backend, "memory") != 0)
+        return 0;
+    struct sl_worker_record *w = NULL;
+    size_t n = 0;
+    struct sl_error ignored = {0};
+    if (svc->store->ops->worker_list(svc->store, &w, &n, &ignored) < 0)
+        return 0; /* the store answers for itself on the first request */
+    int64_t since = sl_now_us() - (int64_t)svc->cfg->heartbeat_ttl_seconds * 1000000;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (strcmp(w[i].worker_id, svc->worker_id) == 0 || w[i].heartbeat_at < since ||
+            strcmp(w[i].status, "OFFLINE") == 0)
+            continue;
+        rc = sl_error_set(err, SL_E_CONFIG, 0,
+                          "SANDBOX_REGISTRY_BACKEND=memory: worker %s heartbeats into this "
+                          "database (%lld s ago); replicas that share a database need "
+                          "SANDBOX_REGISTRY_BACKEND=redis",
+                          w[i].worker_id,
+                          (long long)((sl_now_us() - w[i].heartbeat_at) / 1000000));
+    }
+    free(w);
+    return rc;
+}
+
 int sl_service_start(struct sl_service *svc, struct sl_error *err)
 {
     struct sl_error ignored = {0};
+    if (refuse_shared_memory_registry(svc, err) < 0)
+        return -1;
     /* Executions recorded RUNNING by a previous incarnation of this worker can
      * never finish: their processes died with it. */
     int lost = svc->store->ops->exec_mark_worker_running(

@@ -134,7 +134,10 @@ def test_drift_stops_the_replica_that_would_join_and_warns_of_extra_columns(daem
     # The replica already serving did not notice.
     assert run_once(sb)["stdout"] == "hi\n"
 
-    # Extra columns (a newer release's, kept for rollback) only warn.
+    # Extra columns (a newer release's, kept for rollback) only warn. (The
+    # replica serving stops first: two memory registries over one database
+    # are refused, test_registry_fleet.py; a clean stop says OFFLINE.)
+    serving.stop()
     psql("ALTER TABLE agent_sandbox_exec ADD COLUMN newer_thing TEXT", good)
     d = daemon_factory({"SANDBOX_DATABASE_URL": good_url})
     assert "agent_sandbox_exec.newer_thing" in d.stderr(), d.stderr()
@@ -143,8 +146,11 @@ def test_drift_stops_the_replica_that_would_join_and_warns_of_extra_columns(daem
 def test_three_replicas_creating_the_schema_at_once_all_come_up(daemon_factory):
     name, url = fresh_database()
     from e2e_harness import Daemon, find_binary
-    ds = [Daemon(find_binary(), {"SANDBOX_DATABASE_URL": url,
-                                 "SANDBOX_DATABASE_AUTO_DDL": "true"}) for _ in range(3)]
+    # A fleet: replicas that share a database share a Redis registry too
+    # (a memory registry each is refused, test_registry_fleet.py).
+    from test_registry_fleet import fleet_env
+    ns = unique_id("ns")
+    ds = [Daemon(find_binary(), fleet_env(url, ns)) for _ in range(3)]
     try:
         barrier = threading.Barrier(3)
 
