@@ -89,6 +89,7 @@ static const struct code_status TABLE[] = {
      "it again"},
     {SL_E_STORE, 503, "the metadata database is unavailable: retry later"},
     {SL_E_OVERLOADED, 503, "the worker has too many requests queued: retry later"},
+    {SL_E_OWNED_ELSEWHERE, 503, "the request could not be forwarded to the worker that holds the sandbox"},
     {SL_E_RUNTIME, 503, "the command could not be started in the sandbox"},
     {SL_E_RELEASING, 503, "the sandbox is being released: resolve it again when that is done"},
     {SL_E_PROFILE_UNAVAILABLE, 503, "no worker offers this profile"},

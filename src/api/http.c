@@ -14,6 +14,7 @@
 #include "api/auth_guard.h"
 #include "api/conn_guard.h"
 #include "api/errors.h"
+#include "api/forward.h"
 #include "api/mcp.h"
 #include "api/router.h"
 #include "common/cleanup.h"
@@ -22,6 +23,8 @@
 #include "common/pool.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "service/service.h"
+#include <curl/curl.h>
 
 /* Failed authentications answered late (auth_guard.h): their connections
  * wait suspended in a FIFO (every delay is the same), bounded; one thread
@@ -43,6 +46,8 @@ struct sl_http {
     struct MHD_Daemon *daemon;
     struct sl_service *svc;
     struct sl_pool *handlers; /* runs route handlers off MHD's event threads */
+    struct sl_pool *forwards; /* runs forwards to owners (api/forward.h) */
+    const struct sl_config *cfg;
     char *expected_auth;      /* "Bearer <token>" */
     size_t expected_len;
     struct sl_auth_guard *auth_guard;
@@ -68,6 +73,9 @@ struct conn_state {
     struct MHD_Connection *conn;
     const struct sl_route_def *route;
     char *pathbuf; /* params point into it */
+    char *path;    /* the request's path as sent (forwarding) */
+    /* While the handler runs: the parsed body, for a forward. */
+    const json_t *parsed;
     const char *params[SL_ROUTE_MAX_PARAMS];
     size_t nparams;
     char method[16];
@@ -203,6 +211,7 @@ static void conn_state_free(struct conn_state *st)
     sl_buf_free(&st->body);
     free(st->resp.body);
     free(st->pathbuf);
+    free(st->path);
     free(st);
 }
 
@@ -270,6 +279,168 @@ static void answer_invalid_body(struct conn_state *st, const char *why)
     answer(st, &resp);
 }
 
+/* ---- forwarding to the owner (API.md §10) ---- */
+
+struct forward_job {
+    struct conn_state *st;
+    struct sl_forward_request rq;
+    char *url, *body;
+    char worker_id[129];
+    char sandbox_id[129];
+    int64_t generation;
+};
+
+static void run_forward(void *arg)
+{
+    struct forward_job *job = arg;
+    struct sl_response resp;
+    sl_forward_run(&job->rq, &resp);
+    /* §10.1 step 5: a 2xx is activity (the store skips dormant routes). */
+    if (resp.status >= 200 && resp.status < 300)
+        sl_svc_route_touch(job->st->http->svc, job->sandbox_id, job->generation);
+    answer(job->st, &resp);
+    free(job->url);
+    free(job->body);
+    free(job);
+}
+
+struct query_buf {
+    struct sl_buf b;
+    bool failed;
+};
+
+static enum MHD_Result add_query(void *cls, enum MHD_ValueKind kind, const char *key,
+                                 const char *value)
+{
+    (void)kind;
+    struct query_buf *q = cls;
+    char *k = curl_easy_escape(NULL, key, 0);
+    char *v = value ? curl_easy_escape(NULL, value, 0) : NULL;
+    if (!k || (value && !v) || (q->b.len && sl_buf_append(&q->b, "&", 1) < 0) ||
+        sl_buf_append(&q->b, k, strlen(k)) < 0 ||
+        (v && (sl_buf_append(&q->b, "=", 1) < 0 || sl_buf_append(&q->b, v, strlen(v)) < 0)))
+        q->failed = true;
+    curl_free(k);
+    curl_free(v);
+    return q->failed ? MHD_NO : MHD_YES;
+}
+
+/* §10.2: how long the owner may take to answer this route. */
+static int64_t forward_timeout_ms(const struct conn_state *st)
+{
+    const char *p = st->route->pattern;
+    const char *m = st->route->method;
+    if (strstr(p, "/templates"))
+        return strcmp(m, "POST") == 0 ? 900000 : 600000;
+    if (strstr(p, "/files"))
+        return 60000;
+    if (strcmp(m, "POST") == 0 && strlen(p) > 5 && strcmp(p + strlen(p) - 5, "/exec") == 0 &&
+        !json_is_true(json_object_get(st->parsed, "background"))) {
+        const json_t *t = json_object_get(st->parsed, "timeout_seconds");
+        double timeout = json_is_number(t) ? json_number_value(t)
+                                           : (double)st->http->cfg->default_timeout_seconds;
+        return (int64_t)((timeout + st->http->cfg->terminate_grace_seconds + 15) * 1000);
+    }
+    return 30000;
+}
+
+/* The body that goes to the owner: the request's, and for a connect the
+ * fields the worker protocol's create takes (§9.2). */
+static char *forward_body(const struct conn_state *st, const struct sl_error_owner *o)
+{
+    if (!st->parsed)
+        return NULL;
+    if (strcmp(st->route->method, "POST") == 0 &&
+        strcmp(st->route->pattern, "/api/v1/sandboxes/{sandbox_id}") == 0) {
+        json_t *copy = json_copy((json_t *)st->parsed);
+        json_object_set_new(copy, "sandbox_uid", json_integer(o->sandbox_uid));
+        json_object_set_new(copy, "profile", json_string(o->profile_id));
+        json_object_set_new(copy, "worker_epoch", json_string(o->worker_epoch));
+        char *text = json_dumps(copy, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(copy);
+        return text;
+    }
+    return json_dumps(st->parsed, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* The service said the sandbox is a live peer's: send the request there
+ * and relay its answer (run_forward answers). A request that already came
+ * through the worker protocol is not sent on: it was addressed to this
+ * worker, which no longer holds the sandbox. */
+static void start_forward(struct conn_state *st, struct sl_response *resp)
+{
+    const struct sl_error_owner *o = &resp->owner;
+    if (st->route->internal) {
+        free(resp->body);
+        answer_error(st, SL_E_STALE_ROUTE,
+                     "the sandbox is held by another worker than the one this request was "
+                     "sent to");
+        return;
+    }
+    struct forward_job *job = calloc(1, sizeof(*job));
+    struct query_buf q;
+    sl_buf_init(&q.b, 64 * 1024);
+    q.failed = false;
+    MHD_get_connection_values(st->conn, MHD_GET_ARGUMENT_KIND, add_query, &q);
+    size_t elen = strlen(o->endpoint);
+    while (elen && o->endpoint[elen - 1] == '/')
+        elen--;
+    const char *rest = strncmp(st->path, "/api/v1/", 8) == 0 ? st->path + 7 : st->path;
+    if (job && !q.failed &&
+        asprintf(&job->url, "%.*s/internal/v1%s%s%.*s", (int)elen, o->endpoint, rest,
+                 q.b.len ? "?" : "", (int)q.b.len, q.b.data ? q.b.data : "") < 0)
+        job->url = NULL;
+    sl_buf_free(&q.b);
+    if (!job || !job->url) {
+        if (job)
+            free(job);
+        free(resp->body);
+        answer_error(st, SL_E_INTERNAL, "internal error");
+        return;
+    }
+    job->st = st;
+    job->body = forward_body(st, o);
+    snprintf(job->worker_id, sizeof(job->worker_id), "%s", o->worker_id);
+    snprintf(job->sandbox_id, sizeof(job->sandbox_id), "%s", st->nparams ? st->params[0] : "");
+    job->generation = o->generation;
+    job->rq = (struct sl_forward_request){
+        .method = st->method,
+        .url = job->url,
+        .auth = st->http->expected_auth,
+        .worker_id = job->worker_id,
+        .generation = o->generation,
+        .body = job->body,
+        .body_len = job->body ? strlen(job->body) : 0,
+        .timeout_ms = forward_timeout_ms(st),
+    };
+    free(resp->body);
+    resp->body = NULL;
+    if (sl_pool_submit(st->http->forwards, run_forward, job) < 0) {
+        free(job->url);
+        free(job->body);
+        free(job);
+        answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");
+    }
+}
+
+/* /internal/v1 (§9.1): addressed to this worker, before anything else. */
+static bool internal_fence(struct conn_state *st)
+{
+    const char *worker = MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND,
+                                                     "X-Sandbox-Worker-ID");
+    if (!worker || strcmp(worker, sl_svc_worker_id(st->http->svc)) != 0) {
+        answer_error(st, SL_E_STALE_ROUTE,
+                     "this request was addressed to another worker (X-Sandbox-Worker-ID)");
+        return false;
+    }
+    if (st->route->internal_generation &&
+        !MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, "X-Sandbox-Generation")) {
+        answer_error(st, SL_E_STALE_ROUTE, "X-Sandbox-Generation is required on this route");
+        return false;
+    }
+    return true;
+}
+
 struct sl_deferred *sl_request_defer(struct sl_request *req)
 {
     req->deferred = true;
@@ -279,6 +450,10 @@ struct sl_deferred *sl_request_defer(struct sl_request *req)
 void sl_deferred_respond(struct sl_deferred *d, struct sl_response *resp)
 {
     struct conn_state *st = (struct conn_state *)d;
+    if (resp->forward) {
+        start_forward(st, resp);
+        return;
+    }
     if (!resp->body && resp->status == 500) {
         answer_error(st, SL_E_INTERNAL, "internal error");
         return;
@@ -344,6 +519,10 @@ static void note_unknown_fields(struct conn_state *st, const json_t *body)
 static void run_handler(void *arg)
 {
     struct conn_state *st = arg;
+    /* GET /internal/v1/health is the protocol's one route with no fence. */
+    if (st->route->internal && strcmp(st->route->pattern, "/internal/v1/health") != 0 &&
+        !internal_fence(st))
+        return;
     /* NUL inside strings is accepted by the parser so that validation can
      * refuse it per field (and the file API with its own message). */
     _cleanup_json_ json_t *body = NULL;
@@ -381,6 +560,7 @@ static void run_handler(void *arg)
     };
     memcpy(req.params, st->params, sizeof(req.params));
     struct sl_response resp = {.status = 500, .content_type = "application/json"};
+    st->parsed = body;
     st->route->handler(&req, &resp);
     if (req.deferred) {
         /* The handler promised an answer later (sl_deferred_respond), which
@@ -388,6 +568,12 @@ static void run_handler(void *arg)
         free(resp.body);
         return;
     }
+    if (resp.forward) {
+        start_forward(st, &resp);
+        st->parsed = NULL;
+        return;
+    }
+    st->parsed = NULL;
     if (!resp.body && resp.status == 500) {
         answer_error(st, SL_E_INTERNAL, "internal error");
         return;
@@ -510,7 +696,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->start_us = sl_mono_us();
         snprintf(st->method, sizeof(st->method), "%s", method);
         st->pathbuf = strdup(url);
-        if (!st->pathbuf)
+        st->path = strdup(url);
+        if (!st->pathbuf || !st->path)
             return MHD_NO;
         /* Request smuggling: two Content-Length headers (libmicrohttpd
          * takes the first), or one beside Transfer-Encoding, mean two
@@ -835,7 +1022,17 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         free(http);
         return NULL;
     }
+    http->cfg = cfg;
     http->handlers = sl_pool_new("sl-handler", SL_HTTP_HANDLER_THREADS, SL_HTTP_MAX_QUEUED);
+    /* A forward waits for its owner (a command may run for minutes): on a
+     * pool of its own, so forwards never hold the handler threads. */
+    http->forwards = http->handlers ? sl_pool_new_lazy("sl-forward", SL_HTTP_FORWARD_THREADS,
+                                                       SL_HTTP_MAX_QUEUED)
+                                    : NULL;
+    if (!http->forwards) {
+        sl_pool_free(http->handlers);
+        http->handlers = NULL;
+    }
     if (!http->handlers) {
         freeaddrinfo(ai);
         sl_error_set(err, SL_E_INTERNAL, 0, "cannot start the request handler threads");
@@ -868,6 +1065,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
         sl_pool_free(http->handlers);
+        sl_pool_free(http->forwards);
         penalty_free(http);
         sl_conn_guard_free(http->conn_guard);
         pthread_mutex_destroy(&http->log_lock);
@@ -888,6 +1086,7 @@ void sl_http_stop(struct sl_http *http)
     MHD_quiesce_daemon(http->daemon);
     penalty_stop(http); /* answers the delayed 401s now: MHD frees suspended connections */
     sl_pool_free(http->handlers);
+    sl_pool_free(http->forwards);
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
     sl_conn_guard_free(http->conn_guard);

@@ -33,6 +33,8 @@ struct sl_http;
 #define SL_HTTP_HANDLER_THREADS 16
 /* Requests waiting for a handler thread; beyond it: 503. */
 #define SL_HTTP_MAX_QUEUED 8192
+/* Forwards to owners waiting at once (api/forward.h); more queue. */
+#define SL_HTTP_FORWARD_THREADS 64
 
 struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,
                               struct sl_error *err);

@@ -139,10 +139,12 @@ static json_t *operation(const struct sl_route_def *r)
     return op;
 }
 
-/* Pages and their assets are not part of the API (API.md §3.3). */
+/* Pages and their assets are not part of the API (API.md §3.3), nor is
+ * the worker protocol (API.md §9: replica to owner). */
 static bool documented(const struct sl_route_def *r)
 {
-    return strcmp(r->pattern, "/admin") != 0 && strncmp(r->pattern, "/docs/", 6) != 0;
+    return strcmp(r->pattern, "/admin") != 0 && strncmp(r->pattern, "/docs/", 6) != 0 &&
+           !r->internal;
 }
 
 json_t *sl_openapi_document(void)

@@ -41,6 +41,11 @@ struct sl_response {
     /* Static content (the /docs assets): browsers may keep it an hour;
      * everything else is no-store. */
     bool cacheable;
+    /* Set by an answer whose service call said SL_E_OWNED_ELSEWHERE: the
+     * request goes to that worker instead (api/forward.h); the error body
+     * is what is sent should it not be forwarded. */
+    bool forward;
+    struct sl_error_owner owner;
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);
@@ -71,6 +76,12 @@ struct sl_route_def {
     const char *response_schema; /* components.schemas name or NULL (then text) */
     const struct sl_query_param *query; /* terminated by a NULL name, or NULL */
     size_t max_body; /* largest accepted body; 0 = SL_ROUTE_DEFAULT_MAX_BODY */
+    /* /internal/v1 (API.md §9): a replica forwarding to the owner. Checked
+     * before the handler: X-Sandbox-Worker-ID must be this worker's (and
+     * X-Sandbox-Generation present where internal_generation). Not in the
+     * OpenAPI document: not a client surface. */
+    bool internal;
+    bool internal_generation;
 };
 
 /* Bodies of small requests (resolve, connect, mkdir ...) stay small. */

@@ -40,6 +40,10 @@ static void respond_error(struct sl_response *resp, const struct sl_error *err)
     const char *message = resp->status == 500 ? "internal error" : err->message;
     snprintf(resp->log_detail, sizeof(resp->log_detail), "%.255s",
              err->detail[0] ? err->detail : resp->status == 500 ? err->message : "");
+    if (sl_error_is(err, SL_E_OWNED_ELSEWHERE)) {
+        resp->forward = true;
+        resp->owner = err->owner;
+    }
     resp->body = sl_api_error_body(err->code, message, NULL);
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
@@ -99,6 +103,27 @@ static void h_health(struct sl_request *req, struct sl_response *resp)
 static void h_healthz(struct sl_request *req, struct sl_response *resp)
 {
     respond_json(resp, 200, sl_svc_healthz(req->svc));
+}
+
+static void h_internal_destroy(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        respond_result(resp, sl_svc_worker_destroy(req->svc, req->params[0], generation, &err),
+                       &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_internal_health(struct sl_request *req, struct sl_response *resp)
+{
+    respond_json(resp, 200, sl_svc_internal_health(req->svc));
 }
 
 static void h_openapi(struct sl_request *req, struct sl_response *resp)
@@ -853,72 +878,99 @@ static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
 /* Order matters where a literal and a parameter segment overlap:
  * /sandboxes/resolve is declared before /sandboxes/{sandbox_id} (API.md §0.3). */
 const struct sl_route_def sl_routes[] = {
-    {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0},
+    {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0, false, false},
     {"GET", "/healthz", h_healthz, false, false, "healthz", "Worker status document", NULL,
-     "Healthz", NULL, 0},
+     "Healthz", NULL, 0, false, false},
     {"GET", "/openapi.json", h_openapi, false, false, "openapi", "This document", NULL, NULL,
-     NULL, 0},
-    {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0},
+     NULL, 0, false, false},
+    {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0, false, false},
     {"GET", "/docs/swagger-ui-bundle.js", h_docs_js, false, false, "docsScript",
-     "Swagger UI's script, for /docs", NULL, NULL, NULL, 0},
+     "Swagger UI's script, for /docs", NULL, NULL, NULL, 0, false, false},
     {"GET", "/docs/swagger-ui.css", h_docs_css, false, false, "docsStyle",
-     "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0},
-    {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0},
+     "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0, false, false},
+    {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0, false, false},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
-     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY},
+     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false},
     {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,
-     "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0},
+     "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0, false, false},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
-     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0},
+     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0, false, false},
     {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
-     "RouteRecord", NULL, 0},
+     "RouteRecord", NULL, 0, false, false},
     {"POST", SBX, h_connect, true, true, "connectSandbox", "Create the sandbox on its worker",
-     "ConnectRequest", "ConnectResponse", NULL, 0},
+     "ConnectRequest", "ConnectResponse", NULL, 0, false, false},
     {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
-     "ReleaseResponse", NULL, 0},
+     "ReleaseResponse", NULL, 0, false, false},
     {"POST", SBX "/suspend", h_suspend, true, true, "suspendSandbox",
      "Suspend: stop every process, keep the files, free the slot", "ConnectRequest",
-     "SuspendResponse", NULL, 0},
+     "SuspendResponse", NULL, 0, false, false},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
-     NULL, "ResumeResponse", NULL, 0},
+     NULL, "ResumeResponse", NULL, 0, false, false},
     {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
      "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
-     "TemplateResponse", NULL, 0},
+     "TemplateResponse", NULL, 0, false, false},
     {"PUT", SBX "/templates", h_template_attach, true, true, "attachTemplates",
      "Replace the sandbox's attached templates", "TemplateAttachRequest", "TemplateAttachResponse",
-     NULL, 0},
+     NULL, 0, false, false},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
-     "AuditResponse", NULL, 0},
+     "AuditResponse", NULL, 0, false, false},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
-     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY},
+     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
-     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0},
+     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
-     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0},
+     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false},
     {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",
-     "The template catalog", NULL, "TemplateList", NULL, 0},
+     "The template catalog", NULL, "TemplateList", NULL, 0, false, false},
     {"DELETE", "/api/v1/templates/{name}", h_template_unpublish, true, false,
      "unpublishTemplate", "Remove a template from the catalog", NULL, "TemplateRemoveResponse",
-     NULL, 0},
+     NULL, 0, false, false},
     {"GET", "/api/v1/admin/overview", h_admin_overview, true, false, "adminOverview",
-     "Fleet overview", NULL, "AdminOverview", NULL, 0},
+     "Fleet overview", NULL, "AdminOverview", NULL, 0, false, false},
     {"GET", "/api/v1/admin/sandboxes", h_admin_sandboxes, true, false, "adminListSandboxes",
-     "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0},
+     "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0, false, false},
     {"GET", "/api/v1/admin/execs", h_admin_execs, true, false, "adminListExecutions",
-     "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0},
+     "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0, false, false},
     {"GET", "/api/v1/admin/execs/{sandbox_id}/{exec_id}", h_admin_exec, true, false,
-     "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0},
+     "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0, false, false},
     {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
-     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY},
+     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,
-     "FileReadResponse", Q_FILE, 0},
+     "FileReadResponse", Q_FILE, 0, false, false},
     {"GET", SBX "/files/list", h_file_list, true, false, "listDirectory", "List a directory",
-     NULL, "DirectoryListResponse", Q_LIST, 0},
+     NULL, "DirectoryListResponse", Q_LIST, 0, false, false},
     {"POST", SBX "/files/mkdir", h_file_mkdir, true, true, "makeDirectory", "Create a directory",
-     "MkdirRequest", "FileWriteResponse", NULL, 0},
+     "MkdirRequest", "FileWriteResponse", NULL, 0, false, false},
     {"POST", SBX "/files/delete", h_file_delete, true, true, "deletePath",
-     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0},
+     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0, false, false},
     {"POST", SBX "/files/move", h_file_move, true, true, "movePath", "Move or rename a path",
-     "MoveRequest", "MoveResponse", NULL, 0},
+     "MoveRequest", "MoveResponse", NULL, 0, false, false},
+
+    /* The worker protocol (API.md §9): what a replica forwards to the owner,
+     * answered by the same handlers once the fence headers pass. No request
+     * schema: the forwarder's extra fields (connect's sandbox_uid, profile,
+     * worker_epoch) draw no warnings. */
+    {.method = "GET", .pattern = "/internal/v1/health", .handler = h_internal_health,
+     .auth = true, .op_id = "internalHealth", .summary = "Worker health", .internal = true},
+#define INT "/internal/v1/sandboxes/{sandbox_id}"
+#define INTERNAL(m, path, h, b, max, gen) \
+    {.method = m, .pattern = INT path, .handler = h, .auth = true, .body = b, \
+     .op_id = "internal", .summary = "Forwarded to the owner", .max_body = max, .internal = true, \
+     .internal_generation = gen}
+    INTERNAL("POST", "", h_connect, true, 0, false),
+    INTERNAL("DELETE", "", h_internal_destroy, false, 0, false),
+    INTERNAL("POST", "/exec", h_exec, true, SL_ROUTE_EXEC_MAX_BODY, false),
+    INTERNAL("GET", "/exec/{exec_id}", h_exec_get, false, 0, true),
+    INTERNAL("POST", "/exec/{exec_id}/cancel", h_exec_cancel, false, 0, true),
+    INTERNAL("PUT", "/files", h_file_write, true, SL_ROUTE_FILE_MAX_BODY, false),
+    INTERNAL("GET", "/files", h_file_read, false, 0, false),
+    INTERNAL("GET", "/files/list", h_file_list, false, 0, false),
+    INTERNAL("POST", "/files/mkdir", h_file_mkdir, true, 0, false),
+    INTERNAL("POST", "/files/delete", h_file_delete, true, 0, false),
+    INTERNAL("POST", "/files/move", h_file_move, true, 0, false),
+    INTERNAL("POST", "/templates", h_template_publish, true, 0, false),
+    INTERNAL("PUT", "/templates", h_template_attach, true, 0, false),
+#undef INTERNAL
+#undef INT
 };
 const size_t sl_routes_len = sizeof(sl_routes) / sizeof(sl_routes[0]);

@@ -15,6 +15,7 @@
 #define SL_COMMON_ERROR_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* Codes used across modules. Names are the API's own. */
 #define SL_E_INVALID_ARGUMENT "SANDBOX_INVALID_ARGUMENT"   /* 400, message is the reference's sentence */
@@ -51,12 +52,27 @@
 #define SL_E_RUNTIME "SANDBOX_RUNTIME_ERROR"               /* exec could not start */
 #define SL_E_TOKEN_NOT_CONFIGURED "SANDBOX_INTERNAL_TOKEN_NOT_CONFIGURED" /* 503 */
 #define SL_E_CONFIG "SANDBOX_CONFIG_INVALID"               /* startup refusal */
+/* Not a refusal: the sandbox is a live peer's, err->owner says whose. The
+ * API forwards the request there (api/forward.c); it never reaches a client
+ * (were it to, it is a 503). */
+#define SL_E_OWNED_ELSEWHERE "SANDBOX_OWNED_ELSEWHERE"
+
+/* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
+struct sl_error_owner {
+    char worker_id[129];
+    char worker_epoch[65];
+    char endpoint[513];
+    int64_t generation;
+    int64_t sandbox_uid;
+    char profile_id[65];
+};
 
 struct sl_error {
     const char *code;
     int errnum;
     char message[256];
     char detail[768];
+    struct sl_error_owner owner; /* filled with SL_E_OWNED_ELSEWHERE only */
 };
 
 /* Set code/errnum and a client-safe message (printf format). Returns -1 so

@@ -21,6 +21,7 @@ struct sl_pool {
     bool stopping;
     pthread_t *threads;
     int nthreads;
+    int max_threads; /* > nthreads while a lazy pool may still grow */
     char name[16];
 };
 
@@ -47,9 +48,10 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-struct sl_pool *sl_pool_new(const char *name, int threads, size_t max_queued)
+static struct sl_pool *pool_new(const char *name, int threads, int max_threads,
+                                size_t max_queued)
 {
-    if (threads < 1 || max_queued < 1)
+    if (max_threads < 1 || max_queued < 1)
         return NULL;
     struct sl_pool *p = calloc(1, sizeof(*p));
     if (!p)
@@ -57,7 +59,8 @@ struct sl_pool *sl_pool_new(const char *name, int threads, size_t max_queued)
     snprintf(p->name, sizeof(p->name), "%s", name);
     p->cap = max_queued;
     p->ring = calloc(max_queued, sizeof(*p->ring));
-    p->threads = calloc((size_t)threads, sizeof(*p->threads));
+    p->threads = calloc((size_t)max_threads, sizeof(*p->threads));
+    p->max_threads = max_threads;
     if (!p->ring || !p->threads) {
         free(p->ring);
         free(p->threads);
@@ -76,6 +79,16 @@ struct sl_pool *sl_pool_new(const char *name, int threads, size_t max_queued)
     return p;
 }
 
+struct sl_pool *sl_pool_new(const char *name, int threads, size_t max_queued)
+{
+    return threads < 1 ? NULL : pool_new(name, threads, threads, max_queued);
+}
+
+struct sl_pool *sl_pool_new_lazy(const char *name, int max_threads, size_t max_queued)
+{
+    return pool_new(name, 0, max_threads, max_queued);
+}
+
 int sl_pool_submit(struct sl_pool *p, sl_pool_fn fn, void *arg)
 {
     pthread_mutex_lock(&p->lock);
@@ -86,6 +99,18 @@ int sl_pool_submit(struct sl_pool *p, sl_pool_fn fn, void *arg)
     }
     p->ring[(p->head + p->len) % p->cap] = (struct job){fn, arg};
     p->len++;
+    /* A lazy pool grows while every thread it has is busy; a thread that
+     * cannot be made leaves the job to the ones there are (none: refused). */
+    if (p->nthreads < p->max_threads && p->len > (size_t)p->nthreads - p->running) {
+        if (pthread_create(&p->threads[p->nthreads], NULL, worker_main, p) == 0) {
+            p->nthreads++;
+        } else if (p->nthreads == 0) {
+            p->len--;
+            pthread_mutex_unlock(&p->lock);
+            errno = EAGAIN;
+            return -1;
+        }
+    }
     pthread_cond_signal(&p->nonempty);
     pthread_mutex_unlock(&p->lock);
     return 0;

@@ -14,6 +14,7 @@
 #include "common/util.h"
 #include "service/history.h"
 #include "service/internal.h"
+#include "service/peer.h"
 #include "workspace/files.h"
 
 #define RESOLVE_ATTEMPTS 3
@@ -111,6 +112,10 @@ int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t gene
     return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
 }
 
+/* The one owner decision of every route that acts on a sandbox (after
+ * svc_fence): 0 when this process owns it; SL_E_OWNED_ELSEWHERE, with the
+ * owner in err->owner, when a live peer does (the API forwards there,
+ * API.md §10); a refusal otherwise. */
 int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
                             struct sl_error *err)
 {
@@ -123,7 +128,27 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
                                 "resolve it again and use the generation it answers");
         return 0;
     }
-    return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+    struct sl_worker_entry owner;
+    int live = route->worker_id ? svc->registry->ops->get(svc->registry, route->worker_id,
+                                                          &owner, err)
+                                : 0;
+    if (live < 0)
+        return -1;
+    if (!live || !route->worker_epoch || strcmp(owner.worker_epoch, route->worker_epoch) != 0)
+        return sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                            "the worker that held this sandbox has restarted or is gone: "
+                            "resolve it again and use the generation it answers");
+    sl_error_set(err, SL_E_OWNED_ELSEWHERE, 0, "the sandbox is on worker %s", owner.worker_id);
+    if (err) {
+        struct sl_error_owner *o = &err->owner;
+        snprintf(o->worker_id, sizeof(o->worker_id), "%s", owner.worker_id);
+        snprintf(o->worker_epoch, sizeof(o->worker_epoch), "%s", owner.worker_epoch);
+        snprintf(o->endpoint, sizeof(o->endpoint), "%s", owner.endpoint);
+        snprintf(o->profile_id, sizeof(o->profile_id), "%s", route->profile_id);
+        o->generation = route->generation;
+        o->sandbox_uid = route->sandbox_uid;
+    }
+    return -1;
 }
 
 void svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation)
@@ -593,6 +618,73 @@ static int worker_destroy(struct sl_service *svc, const char *sandbox_id, uid_t 
     return 0;
 }
 
+/* The owner's half of a release asked by a peer (DELETE
+ * /internal/v1/sandboxes/{id}?generation=G, API.md §9.2): the route is
+ * still this worker's at G (RELEASING by then), and the sandbox goes. */
+json_t *sl_svc_worker_destroy(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                              struct sl_error *err)
+{
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found < 0)
+        return NULL;
+    json_t *answer = NULL;
+    if (!found || r.generation != generation || status_is(&r, "RELEASED")) {
+        sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                     "the route is not at this generation any more: nothing to destroy");
+    } else if (svc_require_local_owner(svc, &r, err) < 0) {
+        if (sl_error_is(err, SL_E_OWNED_ELSEWHERE))
+            sl_error_set(err, SL_E_STALE_ROUTE, 0, "the sandbox is held by another worker");
+    } else if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) == 0) {
+        answer = json_pack("{s:s}", "status", "DESTROYED");
+    }
+    sl_route_clear(&r);
+    return answer;
+}
+
+/* The destroy of a release whose owner is a live peer: asked of it over
+ * the worker protocol (15 s, API.md §10.2). A peer that does not answer
+ * leaves the route RELEASING; the reaper's RELEASE_RETRY finishes it. */
+static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *owner,
+                        const char *sandbox_id, int64_t generation, struct sl_error *err)
+{
+    char *url = NULL, *auth = NULL;
+    size_t elen = strlen(owner->endpoint);
+    while (elen && owner->endpoint[elen - 1] == '/')
+        elen--;
+    if (asprintf(&url, "%.*s/internal/v1/sandboxes/%s?generation=%lld", (int)elen,
+                 owner->endpoint, sandbox_id, (long long)generation) < 0)
+        url = NULL;
+    if (asprintf(&auth, "Bearer %s", svc->cfg->internal_token) < 0)
+        auth = NULL;
+    int rc = -1;
+    struct sl_peer_answer a = {0};
+    if (url && auth) {
+        struct sl_peer_request rq = {.method = "DELETE", .url = url, .auth = auth,
+                                     .worker_id = owner->worker_id, .generation = generation,
+                                     .timeout_ms = 15000};
+        if (sl_peer_call(&rq, &a) < 0)
+            sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+        else if (a.status != 200)
+            sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+        else
+            rc = 0;
+        if (rc < 0 && err)
+            snprintf(err->detail, sizeof(err->detail), "destroy on %s: %s %.200s",
+                     owner->worker_id, a.status ? "answered" : a.why,
+                     a.body ? a.body : "");
+    } else {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    free(a.body);
+    free(url);
+    if (auth) {
+        explicit_bzero(auth, strlen(auth));
+        free(auth);
+    }
+    return rc;
+}
+
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
 {
     return svc_release(svc, sandbox_id, "CLIENT_RELEASE", NULL, err);
@@ -659,11 +751,11 @@ json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *
     bool owner_is_us = r.worker_id && strcmp(r.worker_id, svc->worker_id) == 0;
     if (owner_live) {
         if (!owner_is_us) {
-            sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+            if (peer_destroy(svc, &owner, sandbox_id, gen, err) < 0)
+                goto out;
+        } else if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) < 0) {
             goto out;
         }
-        if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) < 0)
-            goto out;
     } else if (svc->cfg->shared_root || owner_is_us) {
         if (worker_destroy(svc, sandbox_id, (uid_t)r.sandbox_uid, err) < 0)
             goto out;

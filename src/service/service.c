@@ -639,6 +639,24 @@ void sl_service_close(struct sl_service *svc)
     free(svc);
 }
 
+json_t *sl_svc_internal_health(struct sl_service *svc)
+{
+    struct sl_disk_status disk;
+    svc_disk_status(svc, &disk);
+    return json_pack("{s:s,s:s,s:s,s:I,s:i,s:I,s:o}", "status", disk.available ? "UP" : "DRAINING",
+                     "worker_id", svc->worker_id, "worker_epoch", svc->worker_epoch, "capacity",
+                     (json_int_t)svc->cfg->worker_capacity, "running_sessions",
+                     svc_live_count(svc), "running_execs",
+                     (json_int_t)atomic_load(&svc->running_execs), "disk", svc_disk_json(&disk));
+}
+
+const char *sl_svc_worker_id(const struct sl_service *svc) { return svc->worker_id; }
+
+void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation)
+{
+    svc_route_touch(svc, sandbox_id, generation);
+}
+
 json_t *sl_svc_healthz(struct sl_service *svc)
 {
     const struct sl_config *cfg = svc->cfg;

@@ -58,6 +58,16 @@ json_t *sl_toolchain_checks(struct sl_runtime *rt, const struct sl_config *cfg);
 
 /* Health. */
 json_t *sl_svc_healthz(struct sl_service *svc);
+/* DELETE /internal/v1/sandboxes/{id}?generation=G (API.md §9.2): the
+ * owner's half of a release a peer asked for. */
+json_t *sl_svc_worker_destroy(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                              struct sl_error *err);
+/* GET /internal/v1/health (API.md §9.2). */
+json_t *sl_svc_internal_health(struct sl_service *svc);
+/* This worker's id (<advertise host>-<port>), for the /internal/v1 fence. */
+const char *sl_svc_worker_id(const struct sl_service *svc);
+/* The activity of a forwarded request that succeeded (API.md §10.1 step 5). */
+void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
 
 /* Lifecycle (API.md §3.5–§3.8, §3.14). */
 json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,

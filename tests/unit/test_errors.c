@@ -167,8 +167,9 @@ static void openapi_matches_router(void **state)
     size_t documented = 0;
     for (size_t i = 0; i < sl_routes_len; i++) {
         const struct sl_route_def *r = &sl_routes[i];
-        if (strcmp(r->pattern, "/admin") == 0 || strncmp(r->pattern, "/docs/", 6) == 0)
-            continue; /* pages and their assets are not the API */
+        if (strcmp(r->pattern, "/admin") == 0 || strncmp(r->pattern, "/docs/", 6) == 0 ||
+            r->internal)
+            continue; /* pages and their assets, and the worker protocol, are not the API */
         json_t *item = json_object_get(paths, r->pattern);
         assert_non_null(item);
         char method[16] = {0};

@@ -1,0 +1,32 @@
+/* Forwarding a public request to the worker that owns its sandbox (API.md
+ * §10), over the worker protocol (/internal/v1, §9): one blocking call,
+ * run off the handler threads (api/http.c keeps a pool of its own for it).
+ *
+ * What goes: the same method, the path with /api/v1 turned into
+ * /internal/v1, the same query, the body, the bearer token of this replica
+ * (a fleet shares one), X-Sandbox-Worker-ID and X-Sandbox-Generation. What
+ * comes back is relayed as it is: status, body bytes, content type. A
+ * connection failure or a timeout is 503 SANDBOX_WORKER_UNREACHABLE. */
+#ifndef SL_API_FORWARD_H
+#define SL_API_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "api/router.h"
+
+struct sl_forward_request {
+    const char *method;
+    const char *url;       /* endpoint + internal path + query */
+    const char *auth;      /* "Bearer <token>" */
+    const char *worker_id; /* X-Sandbox-Worker-ID */
+    int64_t generation;    /* X-Sandbox-Generation */
+    const char *body;      /* NULL = none */
+    size_t body_len;
+    int64_t timeout_ms;    /* the read timeout of the route (§10.2) */
+};
+
+/* Fills *out (body malloc'd). Never fails: an unreachable owner is a 503. */
+void sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out);
+
+#endif

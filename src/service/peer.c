@@ -1,0 +1,95 @@
+/* The worker protocol's client (service/peer.h). */
+#include "service/peer.h"
+
+#include <curl/curl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define CONNECT_TIMEOUT_MS 10000
+/* A peer answers with an error body or a JSON document; past the largest
+ * file read (32 MiB, base64) it is not an answer. */
+#define MAX_ANSWER_BYTES ((size_t)64 << 20)
+
+struct sink {
+    struct sl_buf body;
+    bool too_big;
+};
+
+static size_t on_body(char *data, size_t size, size_t n, void *arg)
+{
+    struct sink *k = arg;
+    size_t len = size * n;
+    if (sl_buf_append(&k->body, data, len) < 0) {
+        k->too_big = true;
+        return 0; /* curl stops */
+    }
+    return len;
+}
+
+int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
+{
+    memset(a, 0, sizeof(*a));
+    CURL *curl = curl_easy_init();
+    if (!curl) {
+        snprintf(a->why, sizeof(a->why), "curl_easy_init failed");
+        return -1;
+    }
+    struct sink k;
+    sl_buf_init(&k.body, MAX_ANSWER_BYTES + 1);
+    k.too_big = false;
+    char worker[200], generation[64], auth[512];
+    snprintf(worker, sizeof(worker), "X-Sandbox-Worker-ID: %s", rq->worker_id);
+    snprintf(generation, sizeof(generation), "X-Sandbox-Generation: %lld",
+             (long long)rq->generation);
+    snprintf(auth, sizeof(auth), "Authorization: %s", rq->auth);
+    struct curl_slist *headers = curl_slist_append(NULL, auth);
+    headers = curl_slist_append(headers, worker);
+    headers = curl_slist_append(headers, generation);
+    /* No "Expect: 100-continue" round trip before a large body. */
+    headers = curl_slist_append(headers, "Expect:");
+    if (rq->body)
+        headers = curl_slist_append(headers, "Content-Type: application/json");
+    curl_easy_setopt(curl, CURLOPT_URL, rq->url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, rq->method);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(rq->timeout_ms + CONNECT_TIMEOUT_MS));
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &k);
+    if (rq->body) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, rq->body);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
+    } else if (strcmp(rq->method, "GET") == 0) {
+        curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    }
+    CURLcode rc = curl_easy_perform(curl);
+    long status = 0;
+    char *type = NULL;
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &type);
+    int result = -1;
+    if (rc != CURLE_OK || status < 100) {
+        snprintf(a->why, sizeof(a->why), "%s %.160s: %s", rq->method, rq->url,
+                 k.too_big ? "answer too large" : curl_easy_strerror(rc));
+    } else if (sl_buf_append(&k.body, "", 1) == 0) {
+        /* The buffer becomes the answer (NUL-terminated, not copied). */
+        a->status = (int)status;
+        a->json = type && strncmp(type, "application/json", 16) == 0;
+        a->body = k.body.data;
+        a->len = k.body.len - 1;
+        k.body.data = NULL;
+        result = 0;
+    } else {
+        snprintf(a->why, sizeof(a->why), "out of memory");
+    }
+    sl_buf_free(&k.body);
+    curl_slist_free_all(headers);
+    curl_easy_cleanup(curl);
+    return result;
+}

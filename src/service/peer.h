@@ -1,0 +1,34 @@
+/* One call of the worker protocol (/internal/v1, API.md §9) to another
+ * replica: what the API's forwarding relays (api/forward.c) and what the
+ * service itself asks of an owner (the destroy of a release). Blocking;
+ * libcurl; connect timeout 10 s (§10.1). */
+#ifndef SL_SERVICE_PEER_H
+#define SL_SERVICE_PEER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct sl_peer_request {
+    const char *method;
+    const char *url;       /* endpoint + /internal/v1 path + query */
+    const char *auth;      /* "Bearer <token>" (a fleet shares one) */
+    const char *worker_id; /* X-Sandbox-Worker-ID */
+    int64_t generation;    /* X-Sandbox-Generation */
+    const char *body;      /* JSON, NULL = none */
+    size_t body_len;
+    int64_t timeout_ms;    /* the route's read timeout (§10.2) */
+};
+
+struct sl_peer_answer {
+    int status;     /* 0 when the peer did not answer */
+    bool json;      /* Content-Type application/json */
+    char *body;     /* malloc'd, NUL-terminated; NULL when no answer */
+    size_t len;
+    char why[256];  /* when status is 0: what went wrong (operator text) */
+};
+
+/* 0 answered (any status), -1 no answer (a->why says why). */
+int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a);
+
+#endif
