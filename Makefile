@@ -3,10 +3,12 @@ BUILD ?= build
 HOST ?= 127.0.0.1
 PORT ?= 8080
 STATE ?= $(CURDIR)/state
+FLEET_STATE ?= $(CURDIR)/state-fleet
+FLEET_PORT ?= 18080
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build deps deps-build deps-run web-deps run install uninstall docs test unit e2e security bench sanitize clean format
+.PHONY: all build deps deps-build deps-run web-deps run fleet install uninstall docs test unit e2e security bench sanitize clean format
 
 all: build
 
@@ -36,6 +38,12 @@ build: deps-build web-deps $(BUILD)/build.ninja
 run: deps-run build
 	@SL_RUN_GIVEN="$(strip $(foreach v,HOST PORT STATE,$(if $(filter command line,$(origin $(v))),$(v))))" \
 	scripts/run.sh $(BUILD) "$(HOST)" "$(PORT)" "$(STATE)"
+
+# A three-replica fleet on this machine: PostgreSQL, Redis, an S3 server and
+# three replicas (two of one profile, one of another) on loopback, started
+# by scripts/fleet.sh under $(FLEET_STATE); Ctrl-C stops them all.
+fleet: deps build
+	scripts/fleet.sh $(BUILD) "$(FLEET_STATE)" "$(FLEET_PORT)"
 
 # Installs the programs under $(DESTDIR)$(PREFIX): sandloomd and
 # sandloom-doctor in bin/, sandloom-init (every sandbox's PID 1, not a
