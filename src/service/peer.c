@@ -2,6 +2,7 @@
 #include "service/peer.h"
 
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,29 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* The thread's kept handle, cleaned up when the thread ends. */
+static pthread_key_t handle_key;
+static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
+
+static void drop_handle(void *curl) { curl_easy_cleanup(curl); }
+
+static void make_handle_key(void) { (void)pthread_key_create(&handle_key, drop_handle); }
+
 int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
 {
     memset(a, 0, sizeof(*a));
-    CURL *curl = curl_easy_init();
+    /* One handle per thread, kept: its connection to an owner stays open
+     * (keep-alive) for the next call, which saves a TCP handshake and the
+     * owner's accept on every forwarded request. Reset clears the options,
+     * not the connection cache. */
+    pthread_once(&handle_once, make_handle_key);
+    CURL *curl = pthread_getspecific(handle_key);
+    if (curl) {
+        curl_easy_reset(curl);
+    } else if ((curl = curl_easy_init()) && pthread_setspecific(handle_key, curl) != 0) {
+        curl_easy_cleanup(curl);
+        curl = NULL;
+    }
     if (!curl) {
         snprintf(a->why, sizeof(a->why), "curl_easy_init failed");
         return -1;
@@ -90,6 +110,5 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     }
     sl_buf_free(&k.body);
     curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
     return result;
 }
