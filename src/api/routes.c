@@ -968,6 +968,8 @@ const struct sl_route_def sl_routes[] = {
     INTERNAL("POST", "/files/mkdir", h_file_mkdir, true, 0, false),
     INTERNAL("POST", "/files/delete", h_file_delete, true, 0, false),
     INTERNAL("POST", "/files/move", h_file_move, true, 0, false),
+    INTERNAL("POST", "/suspend", h_suspend, true, 0, false),
+    INTERNAL("POST", "/resume", h_resume, false, 0, false),
     INTERNAL("POST", "/templates", h_template_publish, true, 0, false),
     INTERNAL("PUT", "/templates", h_template_attach, true, 0, false),
 #undef INTERNAL

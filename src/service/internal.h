@@ -113,6 +113,11 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
                             struct sl_error *err);
 /* All three for calls on a sandbox's owner (poll, cancel, templates): the
  * route fence, this process as the owner, live here at that generation. */
+/* SL_E_OWNED_ELSEWHERE naming `owner`, a live peer holding `route`: the
+ * API forwards the request there. Returns -1. */
+struct sl_worker_entry;
+int svc_owned_elsewhere(const struct sl_route *route, const struct sl_worker_entry *owner,
+                        struct sl_error *err);
 int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                     struct sl_error *err);
 /* Runtime lookup: live here at that generation, not being destroyed. */

@@ -138,12 +138,18 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
         return sl_error_set(err, SL_E_STALE_ROUTE, 0,
                             "the worker that held this sandbox has restarted or is gone: "
                             "resolve it again and use the generation it answers");
-    sl_error_set(err, SL_E_OWNED_ELSEWHERE, 0, "the sandbox is on worker %s", owner.worker_id);
+    return svc_owned_elsewhere(route, &owner, err);
+}
+
+int svc_owned_elsewhere(const struct sl_route *route, const struct sl_worker_entry *owner,
+                        struct sl_error *err)
+{
+    sl_error_set(err, SL_E_OWNED_ELSEWHERE, 0, "the sandbox is on worker %s", owner->worker_id);
     if (err) {
         struct sl_error_owner *o = &err->owner;
-        snprintf(o->worker_id, sizeof(o->worker_id), "%s", owner.worker_id);
-        snprintf(o->worker_epoch, sizeof(o->worker_epoch), "%s", owner.worker_epoch);
-        snprintf(o->endpoint, sizeof(o->endpoint), "%s", owner.endpoint);
+        snprintf(o->worker_id, sizeof(o->worker_id), "%s", owner->worker_id);
+        snprintf(o->worker_epoch, sizeof(o->worker_epoch), "%s", owner->worker_epoch);
+        snprintf(o->endpoint, sizeof(o->endpoint), "%s", owner->endpoint);
         snprintf(o->profile_id, sizeof(o->profile_id), "%s", route->profile_id);
         o->generation = route->generation;
         o->sandbox_uid = route->sandbox_uid;
@@ -858,6 +864,20 @@ static bool owner_is_us(const struct sl_service *svc, const struct sl_route *r)
            strcmp(r->worker_epoch, svc->worker_epoch) == 0;
 }
 
+/* Whether a live peer holds the route (err then says SL_E_OWNED_ELSEWHERE);
+ * any other answer of the owner decision is left to the caller's own
+ * checks, err untouched. */
+static bool owned_by_live_peer(struct sl_service *svc, const struct sl_route *r,
+                               struct sl_error *err)
+{
+    struct sl_error decision = {0};
+    if (svc_require_local_owner(svc, r, &decision) == 0 ||
+        !sl_error_is(&decision, SL_E_OWNED_ELSEWHERE))
+        return false;
+    *err = decision;
+    return true;
+}
+
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                        struct sl_error *err)
 {
@@ -885,6 +905,8 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
                          "/api/v1/sandboxes/{id} with its generation) before suspending it");
         } else if (!status_is(&r, "READY") && !status_is(&r, "SUSPENDING")) {
             sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
+        } else if (owned_by_live_peer(svc, &r, err)) {
+            /* A live peer's: the whole suspend runs there (forwarded). */
         } else if (status_is(&r, "READY") &&
                    (rc = route_move(svc, &r, "READY", "SUSPENDING", false, err)) != 1) {
             /* lost the claim (rc 0: re-read) or failed */
@@ -900,8 +922,7 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
             if (live < 0) {
                 rc = -1;
             } else if (same_epoch && !owner_is_us(svc, &r)) {
-                /* Forwarding to a peer is not built: the reaper finishes it. */
-                sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+                svc_owned_elsewhere(&r, &owner, err); /* forwarded: it finishes there */
             } else if (same_epoch && worker_suspend(svc, &r, &snapshot, err) < 0) {
                 struct sl_error ignored = {0};
                 (void)route_move(svc, &r, "SUSPENDING", "READY", false, &ignored);
@@ -1016,7 +1037,8 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
                     sl_route_clear(&now_r);
                 }
             } else if (strcmp(owner.worker_id, svc->worker_id) != 0) {
-                sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
+                /* A live peer's: the whole resume runs there (forwarded). */
+                svc_owned_elsewhere(&r, &owner, err);
             } else {
                 bool new_epoch = !r.worker_epoch || strcmp(r.worker_epoch, owner.worker_epoch) != 0;
                 bool new_hash = strcmp(r.profile_hash, svc->profile_hash) != 0;

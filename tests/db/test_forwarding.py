@@ -201,3 +201,22 @@ def test_placement_balances_idle_workers_and_never_crosses_profiles(daemon_facto
         sb = Sandbox(c.client(), unique_id("pool"), "scope")
         assert sb.resolve().status == 200 and sb.connect().status == 200
         assert sb.route().body["worker_id"] == c.worker_id
+
+
+def test_suspend_and_resume_through_a_replica_that_is_not_the_owner(daemon_factory):
+    """The whole suspend (and resume) runs on the owner: the request is
+    forwarded to its /internal/v1 twin, which claims, stops and marks."""
+    ds = fleet(daemon_factory)
+    via, owner, other = owned_elsewhere(ds, "sus")
+    assert via.write("/workspace/kept.txt", "kept").status == 200
+    r = via.c.post(f"/api/v1/sandboxes/{via.id}/suspend", json={"generation": via.generation})
+    assert r.status == 200 and r.body["status"] == "SUSPENDED", r
+    assert via.route().body["status"] == "SUSPENDED"
+    assert (owner.sandbox_root / via.id / "workspace" / "kept.txt").is_file()
+    r = via.c.post(f"/api/v1/sandboxes/{via.id}/resume")
+    assert r.status == 200 and r.body["status"] == "READY", r
+    via.generation = r.body["generation"]
+    route = via.route().body
+    assert route["status"] == "READY" and route["worker_id"] == owner.worker_id, route
+    r = via.exec(["cat", "/workspace/kept.txt"])
+    assert r.status == 200 and r.body["stdout"] == "kept", r
