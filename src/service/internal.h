@@ -96,6 +96,7 @@ struct sl_service {
     bool stopping;
     atomic_llong last_heartbeat_mono_us; /* 0 = never */
     struct sl_disk_status disk;          /* guarded by loop_lock */
+    struct sl_worker_entry self_entry;   /* the last heartbeat's, guarded by loop_lock */
     struct svc_reaper reaper;            /* counters guarded by loop_lock */
 };
 
@@ -118,6 +119,12 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
 struct sl_worker_entry;
 int svc_owned_elsewhere(const struct sl_route *route, const struct sl_worker_entry *owner,
                         struct sl_error *err);
+/* Whether a worker is live, and its entry: this process's own without a
+ * round trip, else the registry's, else (the registry lost it: a Redis
+ * restart) a fresh SQL heartbeat row. 1, 0 (gone), -1 (the registry cannot
+ * be asked: err). Every owner decision asks this. */
+int svc_worker_lookup(struct sl_service *svc, const char *worker_id, struct sl_worker_entry *out,
+                      struct sl_error *err);
 int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                     struct sl_error *err);
 /* Runtime lookup: live here at that generation, not being destroyed. */

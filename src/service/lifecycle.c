@@ -20,7 +20,10 @@
 #define RESOLVE_ATTEMPTS 3
 #define UID_ATTEMPTS 50
 
-static bool status_is(const struct sl_route *r, const char *s) { return strcmp(r->status, s) == 0; }
+static bool status_is(const struct sl_route *r, const char *s)
+{
+    return strcmp(r->status, s) == 0;
+}
 static bool is_dormant(const struct sl_route *r)
 {
     return status_is(r, "SUSPENDING") || status_is(r, "SUSPENDED");
@@ -82,9 +85,7 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
         return -1;
     }
     struct sl_worker_entry owner;
-    int live = route->worker_id ? svc->registry->ops->get(svc->registry, route->worker_id,
-                                                          &owner, err)
-                                : 0;
+    int live = svc_worker_lookup(svc, route->worker_id, &owner, err);
     if (live < 0) {
         sl_route_clear(route);
         return -1;
@@ -129,9 +130,7 @@ int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route
         return 0;
     }
     struct sl_worker_entry owner;
-    int live = route->worker_id ? svc->registry->ops->get(svc->registry, route->worker_id,
-                                                          &owner, err)
-                                : 0;
+    int live = svc_worker_lookup(svc, route->worker_id, &owner, err);
     if (live < 0)
         return -1;
     if (!live || !route->worker_epoch || strcmp(owner.worker_epoch, route->worker_epoch) != 0)
@@ -197,11 +196,11 @@ static int place(struct sl_service *svc, struct sl_worker_entry *out, struct sl_
 
 static json_t *resolve_view(const struct sl_route *r, const struct sl_worker_entry *owner)
 {
-    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s}", "sandbox_id", r->sandbox_id,
-                     "worker_id", owner->worker_id, "worker_epoch", owner->worker_epoch,
-                     "worker_endpoint", owner->endpoint, "generation", (json_int_t)r->generation,
-                     "sandbox_uid", (json_int_t)r->sandbox_uid, "status", r->status,
-                     "storage_mode", r->storage_mode);
+    return json_pack("{s:s,s:s,s:s,s:s,s:I,s:I,s:s,s:s}", "sandbox_id", r->sandbox_id, "worker_id",
+                     owner->worker_id, "worker_epoch", owner->worker_epoch, "worker_endpoint",
+                     owner->endpoint, "generation", (json_int_t)r->generation, "sandbox_uid",
+                     (json_int_t)r->sandbox_uid, "status", r->status, "storage_mode",
+                     r->storage_mode);
 }
 
 static json_t *route_view(const struct sl_route *r)
@@ -221,10 +220,9 @@ static json_t *route_view(const struct sl_route *r)
     json_object_set_new(o, "last_active_at", sl_json_ts(r->last_active_at, ""));
     json_object_set_new(o, "created_at", sl_json_ts(r->created_at, ""));
     json_object_set_new(o, "updated_at", sl_json_ts(r->updated_at, ""));
-    json_object_set_new(o, "generation_started_at",
-                        sl_json_ts(r->generation_started_at ? r->generation_started_at
-                                                            : r->created_at,
-                                   ""));
+    json_object_set_new(
+        o, "generation_started_at",
+        sl_json_ts(r->generation_started_at ? r->generation_started_at : r->created_at, ""));
     if (r->generation_created_by) {
         json_object_set_new(o, "generation_created_by", json_string(r->generation_created_by));
     } else {
@@ -233,9 +231,9 @@ static json_t *route_view(const struct sl_route *r)
         free(actor);
     }
     json_object_set_new(o, "ready_at", sl_json_ts(r->ready_at, ""));
-    json_object_set_new(o, "last_released_generation",
-                        sl_json_int_or_null(r->last_released_generation,
-                                            r->last_released_generation == 0));
+    json_object_set_new(
+        o, "last_released_generation",
+        sl_json_int_or_null(r->last_released_generation, r->last_released_generation == 0));
     json_object_set_new(o, "last_released_at", sl_json_ts(r->last_released_at, ""));
     json_object_set_new(o, "last_release_reason", sl_json_str_or_null(r->last_release_reason));
     json_object_set_new(o, "last_released_by", sl_json_str_or_null(r->last_released_by));
@@ -244,8 +242,7 @@ static json_t *route_view(const struct sl_route *r)
     json_object_set_new(o, "lifecycle_count",
                         json_integer(r->lifecycle_count ? r->lifecycle_count : 1));
     json_object_set_new(o, "total_lifetime_ms", json_integer(r->total_lifetime_ms));
-    json_object_set_new(o, "lifecycle_history",
-                        sl_history_bounded(r->lifecycle_history_json, now));
+    json_object_set_new(o, "lifecycle_history", sl_history_bounded(r->lifecycle_history_json, now));
     return o;
 }
 
@@ -265,15 +262,15 @@ static json_t *audit_view(const struct sl_route *r)
     if (status_is(r, "RELEASED")) {
         json_object_set_new(o, "active_duration_ms", json_null());
     } else {
-        int64_t from = r->ready_at       ? r->ready_at
+        int64_t from = r->ready_at                ? r->ready_at
                        : r->generation_started_at ? r->generation_started_at
                                                   : r->created_at;
         int64_t ms = from && now > from ? (now - from) / 1000 : 0;
         json_object_set_new(o, "active_duration_ms", json_integer(ms));
     }
-    json_object_set_new(o, "last_released_generation",
-                        sl_json_int_or_null(r->last_released_generation,
-                                            r->last_released_generation == 0));
+    json_object_set_new(
+        o, "last_released_generation",
+        sl_json_int_or_null(r->last_released_generation, r->last_released_generation == 0));
     json_object_set_new(o, "last_released_at", sl_json_ts(r->last_released_at, "Z"));
     json_object_set_new(o, "last_release_reason", sl_json_str_or_null(r->last_release_reason));
     json_object_set_new(o, "last_released_by", sl_json_str_or_null(r->last_released_by));
@@ -318,7 +315,7 @@ json_t *svc_route_owner_live(struct sl_service *svc, const struct sl_route *r)
         return json_null();
     struct sl_worker_entry owner;
     struct sl_error ignored = {0};
-    int live = svc->registry->ops->get(svc->registry, r->worker_id, &owner, &ignored);
+    int live = svc_worker_lookup(svc, r->worker_id, &owner, &ignored);
     return json_boolean(live == 1 && strcmp(owner.worker_epoch, r->worker_epoch) == 0);
 }
 
@@ -366,8 +363,7 @@ json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_e
 
 /* Close the current generation in *r: history entry, last_released_*,
  * lifetime totals. Used by release and by reassignment of a live route. */
-static int close_generation(struct sl_route *r, const char *reason, const char *actor,
-                            int64_t now)
+static int close_generation(struct sl_route *r, const char *reason, const char *actor, int64_t now)
 {
     int64_t lifetime =
         sl_history_lifetime_ms(now, r->ready_at, r->generation_started_at, r->created_at);
@@ -519,17 +515,13 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
                      ? -1
                      : route_reassign(svc, &r, &owner, "PROFILE_UPGRADE", scope, err);
         } else if (status_is(&r, "RELEASED")) {
-            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner,
-                                                             err)
-                                   : 0;
+            int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             if (live < 0 || (!live && place(svc, &owner, err) < 0))
                 rc = -1;
             else
                 rc = route_reassign(svc, &r, &owner, "CLIENT_RELEASE", scope, err);
         } else {
-            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner,
-                                                             err)
-                                   : 0;
+            int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             if (live < 0) {
                 rc = -1;
             } else if (live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0) {
@@ -658,16 +650,19 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
     size_t elen = strlen(owner->endpoint);
     while (elen && owner->endpoint[elen - 1] == '/')
         elen--;
-    if (asprintf(&url, "%.*s/internal/v1/sandboxes/%s?generation=%lld", (int)elen,
-                 owner->endpoint, sandbox_id, (long long)generation) < 0)
+    if (asprintf(&url, "%.*s/internal/v1/sandboxes/%s?generation=%lld", (int)elen, owner->endpoint,
+                 sandbox_id, (long long)generation) < 0)
         url = NULL;
     if (asprintf(&auth, "Bearer %s", svc->cfg->internal_token) < 0)
         auth = NULL;
     int rc = -1;
     struct sl_peer_answer a = {0};
     if (url && auth) {
-        struct sl_peer_request rq = {.method = "DELETE", .url = url, .auth = auth,
-                                     .worker_id = owner->worker_id, .generation = generation,
+        struct sl_peer_request rq = {.method = "DELETE",
+                                     .url = url,
+                                     .auth = auth,
+                                     .worker_id = owner->worker_id,
+                                     .generation = generation,
                                      .timeout_ms = 15000};
         if (sl_peer_call(&rq, &a) < 0)
             sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
@@ -676,9 +671,8 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
         else
             rc = 0;
         if (rc < 0 && err)
-            snprintf(err->detail, sizeof(err->detail), "destroy on %s: %s %.200s",
-                     owner->worker_id, a.status ? "answered" : a.why,
-                     a.body ? a.body : "");
+            snprintf(err->detail, sizeof(err->detail), "destroy on %s: %s %.200s", owner->worker_id,
+                     a.status ? "answered" : a.why, a.body ? a.body : "");
     } else {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     }
@@ -716,7 +710,7 @@ json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *
      * never finish, so release takes it as the reaper's worker-lost claim
      * would (FLEET.md §6.1) instead of refusing until someone resolves. */
     struct sl_worker_entry owner;
-    int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id, &owner, err) : 0;
+    int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
     if (live < 0)
         goto out;
     bool owner_live = live && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0;
@@ -731,8 +725,8 @@ json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *
         const char *claimable[] = {"ASSIGNED", "READY", "SUSPENDING", "SUSPENDED", NULL};
         const char *lost[] = {"RUNNING", NULL};
         replace_str(&r.active_exec_id, NULL);
-        int rc = svc->store->ops->route_cas(svc->store, &r, gen, was_running ? lost : claimable,
-                                            err);
+        int rc =
+            svc->store->ops->route_cas(svc->store, &r, gen, was_running ? lost : claimable, err);
         if (rc < 0)
             goto out;
         if (rc == 1 && was_running) {
@@ -799,9 +793,8 @@ out:
 static json_t *suspend_view(const struct sl_route *r, bool suspended, bool snapshot,
                             int64_t retention_s)
 {
-    int64_t until = retention_s > 0 && r->last_active_at
-                        ? r->last_active_at + retention_s * 1000000
-                        : 0;
+    int64_t until =
+        retention_s > 0 && r->last_active_at ? r->last_active_at + retention_s * 1000000 : 0;
     return json_pack("{s:s,s:I,s:s,s:b,s:b,s:o}", "sandbox_id", r->sandbox_id, "generation",
                      (json_int_t)r->generation, "status", "SUSPENDED", "snapshot", snapshot,
                      "suspended", suspended, "retained_until", sl_json_ts(until, "Z"));
@@ -809,8 +802,8 @@ static json_t *suspend_view(const struct sl_route *r, bool suspended, bool snaps
 
 /* Move the route from one status to another at its generation. 1 done, 0
  * lost the race, -1 error. */
-static int route_move(struct sl_service *svc, struct sl_route *r, const char *from,
-                      const char *to, bool touch, struct sl_error *err)
+static int route_move(struct sl_service *svc, struct sl_route *r, const char *from, const char *to,
+                      bool touch, struct sl_error *err)
 {
     int64_t now = sl_now_us();
     snprintf(r->status, sizeof(r->status), "%s", to);
@@ -829,13 +822,11 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
 {
     *snapshot = false;
     if (strcmp(svc->cfg->suspend_snapshot, "always") == 0 && !svc->blobstore)
-        return sl_error_set(err, "SANDBOX_SNAPSHOT_UNAVAILABLE", 0,
-                            "SANDBOX_SNAPSHOT_UNAVAILABLE");
+        return sl_error_set(err, "SANDBOX_SNAPSHOT_UNAVAILABLE", 0, "SANDBOX_SNAPSHOT_UNAVAILABLE");
     if (svc_execs_running(svc, r->sandbox_id) > 0)
         return sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
     struct sl_error ignored = {0};
-    _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, r->sandbox_id,
-                                                 &ignored);
+    _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, r->sandbox_id, &ignored);
     _cleanup_close_ int lockfd = -1;
     if (rootfd >= 0) {
         /* Any file call or execution holds the global lock: busy. */
@@ -914,11 +905,9 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
             /* SUSPENDING: ours now, or left by an earlier attempt. */
             bool snapshot = false;
             struct sl_worker_entry owner;
-            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id,
-                                                             &owner, err)
-                                   : 0;
-            bool same_epoch = live == 1 && r.worker_epoch &&
-                              strcmp(owner.worker_epoch, r.worker_epoch) == 0;
+            int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
+            bool same_epoch =
+                live == 1 && r.worker_epoch && strcmp(owner.worker_epoch, r.worker_epoch) == 0;
             if (live < 0) {
                 rc = -1;
             } else if (same_epoch && !owner_is_us(svc, &r)) {
@@ -1003,9 +992,7 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
             rc = answer ? 1 : -1;
         } else {
             struct sl_worker_entry owner;
-            int live = r.worker_id ? svc->registry->ops->get(svc->registry, r.worker_id,
-                                                             &owner, err)
-                                   : 0;
+            int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             bool usable = live == 1 && strcmp(owner.status, "ACTIVE") == 0 &&
                           strcmp(owner.profile_hash, svc->profile_hash) == 0 &&
                           owner.running_sessions < owner.capacity;

@@ -16,8 +16,8 @@
 
 #include "common/json.h"
 #include "common/log.h"
-#include "service/history.h"
 #include "common/util.h"
+#include "service/history.h"
 #include "service/internal.h"
 #include "workspace/layout.h"
 
@@ -46,7 +46,7 @@ static bool owner_live(struct sl_service *svc, const struct sl_route *r)
     struct sl_worker_entry owner;
     struct sl_error ignored = {0};
     return r->worker_id && r->worker_epoch &&
-           svc->registry->ops->get(svc->registry, r->worker_id, &owner, &ignored) == 1 &&
+           svc_worker_lookup(svc, r->worker_id, &owner, &ignored) == 1 &&
            strcmp(owner.worker_epoch, r->worker_epoch) == 0;
 }
 
@@ -206,12 +206,11 @@ static void relieve_disk_pressure(struct sl_service *svc)
                    &disk);
     if (disk.available || !svc->blobstore || cfg->shared_root)
         return;
-    struct sl_route_filter f = {.status = "SUSPENDED",
-                                .worker_id = svc->worker_id,
-                                .limit = cfg->orphan_reaper_batch_size > 0
-                                             ? cfg->orphan_reaper_batch_size
-                                             : 100,
-                                .oldest_first = true};
+    struct sl_route_filter f = {
+        .status = "SUSPENDED",
+        .worker_id = svc->worker_id,
+        .limit = cfg->orphan_reaper_batch_size > 0 ? cfg->orphan_reaper_batch_size : 100,
+        .oldest_first = true};
     struct sl_route *v = NULL;
     size_t n = 0;
     int64_t total = 0;
@@ -245,8 +244,8 @@ static void relieve_disk_pressure(struct sl_service *svc)
         svc->reaper.dormant_seen = true;
         sl_info("disk pressure: dropped the local copy of suspended %s (it has a snapshot)",
                 v[i].sandbox_id);
-        ws_disk_status(cfg->workspace_root, cfg->min_free_bytes,
-                       cfg->disk_high_watermark_percent, &disk);
+        ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
+                       &disk);
     }
     sl_routes_free(v, n);
 }
@@ -290,8 +289,8 @@ static int64_t trim_histories(struct sl_service *svc, int64_t now)
         json_decref(bounded);
         if (!text)
             continue;
-        if (svc->store->ops->route_history_cas(svc->store, routes[i].sandbox_id, old, text,
-                                               &err) > 0)
+        if (svc->store->ops->route_history_cas(svc->store, routes[i].sandbox_id, old, text, &err) >
+            0)
             trimmed++;
         free(text);
     }
@@ -328,8 +327,8 @@ static void prune_history(struct sl_service *svc, int64_t now)
         deleted += n;
     } while (n > 0 && ++batches < PRUNE_MAX_BATCHES);
     if (deleted > 0)
-        sl_info("maintenance: deleted %lld execution records older than %lld s",
-                (long long)deleted, (long long)cfg->exec_retention_seconds);
+        sl_info("maintenance: deleted %lld execution records older than %lld s", (long long)deleted,
+                (long long)cfg->exec_retention_seconds);
     int64_t trimmed = trim_histories(svc, now);
     pthread_mutex_lock(&svc->loop_lock);
     rs->last_prune_us = mono;
@@ -366,12 +365,12 @@ json_t *svc_reaper_status(struct sl_service *svc)
     pthread_mutex_lock(&svc->loop_lock);
     struct svc_reaper rs = svc->reaper;
     pthread_mutex_unlock(&svc->loop_lock);
-    json_t *o = json_pack("{s:o,s:I,s:I,s:I,s:I}", "last_run_at",
-                          rs.ran ? sl_json_ts(rs.last_run_at, "+00:00") : json_null(),
-                          "last_released", (json_int_t)rs.last_released, "released_total",
-                          (json_int_t)rs.released_total, "failures_total",
-                          (json_int_t)rs.failures_total, "already_gone_total",
-                          (json_int_t)rs.already_gone_total);
+    json_t *o =
+        json_pack("{s:o,s:I,s:I,s:I,s:I}", "last_run_at",
+                  rs.ran ? sl_json_ts(rs.last_run_at, "+00:00") : json_null(), "last_released",
+                  (json_int_t)rs.last_released, "released_total", (json_int_t)rs.released_total,
+                  "failures_total", (json_int_t)rs.failures_total, "already_gone_total",
+                  (json_int_t)rs.already_gone_total);
     if (rs.ran) {
         json_object_set_new(o, "last_already_gone", json_integer(rs.last_already_gone));
         /* Ours, additive: how long the last pass took (bench/reaper_bench). */

@@ -7,12 +7,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "blobstore/blobstore.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "runtime/env.h"
-#include "blobstore/blobstore.h"
 #include "service/internal.h"
 
 #define SL_VERSION "0.2.0"
@@ -24,9 +24,9 @@ static const char *const LEVEL_FEATURES[3][3] = {
     {"cgroup_namespace", NULL},
 };
 static const char *const BASIC_FEATURES[] = {
-    "resource_limits", "no_new_privileges", "uid_separation", "user_namespace",
-    "mount_namespace", "ipc_namespace",     "uts_namespace",  "private_tmp",
-    "readonly_system_mounts"};
+    "resource_limits", "no_new_privileges", "uid_separation",
+    "user_namespace",  "mount_namespace",   "ipc_namespace",
+    "uts_namespace",   "private_tmp",       "readonly_system_mounts"};
 static const char *const LEVEL_NAMES[3] = {"basic", "standard", "strict"};
 
 static int level_index(const char *level)
@@ -161,7 +161,8 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     }
     const char *check_name;
     json_t *check;
-    json_object_foreach(checks, check_name, check) {
+    json_object_foreach(checks, check_name, check)
+    {
         const char *status = sl_json_get_str(check, "status");
         if (status && strcmp(status, "available") == 0)
             json_array_append_new(available, json_string(check_name));
@@ -170,9 +171,10 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_t *unavailable = json_array();
     size_t hi;
     json_t *hint;
-    json_array_foreach(hints, hi, hint) {
-        const char *status = sl_json_get_str(json_object_get(checks, json_string_value(hint)),
-                                             "status");
+    json_array_foreach(hints, hi, hint)
+    {
+        const char *status =
+            sl_json_get_str(json_object_get(checks, json_string_value(hint)), "status");
         if (status && (strcmp(status, "failed") == 0 || strcmp(status, "timed_out") == 0))
             json_array_append(unavailable, hint);
     }
@@ -193,16 +195,14 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "egress_address_filter", json_false());
     /* Quotas are reported true only when the kernel really enforces them
      * (COMPAT.md §2); the reference reports all false. */
-    json_t *rc = json_pack("{s:{s:I,s:I,s:I,s:I},s:b,s:b,s:b,s:b,s:b}", "process_limits",
-                           "cpu_seconds_per_process", (json_int_t)cfg->cpu_seconds,
-                           "processes_per_real_uid", (json_int_t)cfg->max_processes,
-                           "open_files_per_process", (json_int_t)cfg->max_open_files,
-                           "bytes_per_file", (json_int_t)cfg->max_file_size_bytes,
-                           "sandbox_cpu_quota", p->cpu_quota, "sandbox_memory_quota",
-                           p->memory_quota, "sandbox_pid_quota", p->pids_quota,
-                           "sandbox_disk_quota", svc->quota.qgroups && cfg->workspace_quota_bytes > 0,
-                           "execution_cgroup_supervision",
-                           p->cgroup_version != 0);
+    json_t *rc = json_pack(
+        "{s:{s:I,s:I,s:I,s:I},s:b,s:b,s:b,s:b,s:b}", "process_limits", "cpu_seconds_per_process",
+        (json_int_t)cfg->cpu_seconds, "processes_per_real_uid", (json_int_t)cfg->max_processes,
+        "open_files_per_process", (json_int_t)cfg->max_open_files, "bytes_per_file",
+        (json_int_t)cfg->max_file_size_bytes, "sandbox_cpu_quota", p->cpu_quota,
+        "sandbox_memory_quota", p->memory_quota, "sandbox_pid_quota", p->pids_quota,
+        "sandbox_disk_quota", svc->quota.qgroups && cfg->workspace_quota_bytes > 0,
+        "execution_cgroup_supervision", p->cgroup_version != 0);
     json_t *quotas = json_object();
     if (p->memory_quota)
         json_object_set_new(quotas, "memory_bytes", json_integer(cfg->memory_limit_bytes));
@@ -228,10 +228,10 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
      * the state layout (workspace/quota.h, ws_is_mount_root). */
     bool ws_own = ws_is_mount_root(cfg->workspace_root);
     bool tpl_own = ws_is_mount_root(cfg->template_root);
-    json_t *layout = json_pack("{s:b,s:b,s:b,s:b}", "hidden", ws_own && tpl_own,
-                               "workspace_root_is_a_filesystem", ws_own,
-                               "template_root_is_a_filesystem", tpl_own, "workspace_image",
-                               cfg->workspace_image_bytes > 0);
+    json_t *layout =
+        json_pack("{s:b,s:b,s:b,s:b}", "hidden", ws_own && tpl_own,
+                  "workspace_root_is_a_filesystem", ws_own, "template_root_is_a_filesystem",
+                  tpl_own, "workspace_image", cfg->workspace_image_bytes > 0);
     if (!(ws_own && tpl_own))
         json_object_set_new(layout, "note",
                             json_string("a sandbox's /proc/self/mountinfo shows the host path of "
@@ -278,10 +278,10 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     pthread_cond_init(&svc->loop_cond, &cattr);
     pthread_condattr_destroy(&cattr);
 
-    int idlen = snprintf(svc->worker_id, sizeof(svc->worker_id), "%s-%d", cfg->advertise_host,
-                         cfg->port);
-    int eplen = snprintf(svc->endpoint, sizeof(svc->endpoint), "%s://%s:%d",
-                         cfg->advertise_scheme, cfg->advertise_host, cfg->port);
+    int idlen =
+        snprintf(svc->worker_id, sizeof(svc->worker_id), "%s-%d", cfg->advertise_host, cfg->port);
+    int eplen = snprintf(svc->endpoint, sizeof(svc->endpoint), "%s://%s:%d", cfg->advertise_scheme,
+                         cfg->advertise_host, cfg->port);
     if (idlen < 0 || (size_t)idlen >= sizeof(svc->worker_id) || eplen < 0 ||
         (size_t)eplen >= sizeof(svc->endpoint)) {
         sl_error_set(err, SL_E_CONFIG, 0,
@@ -307,8 +307,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     if (svc->quota.why[0])
         sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
     svc->capabilities = build_capabilities(svc, p);
-    if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"),
-                                      "hidden")))
+    if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"), "hidden")))
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
                 "own, so sandboxes read their host paths in /proc/self/mountinfo (set "
                 "SANDBOX_WORKSPACE_IMAGE_BYTES to hide it; see capabilities.host_layout)");
@@ -322,8 +321,14 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     return svc;
 }
 
-const char *sl_service_worker_id(const struct sl_service *svc) { return svc->worker_id; }
-const struct sl_config *sl_service_config(const struct sl_service *svc) { return svc->cfg; }
+const char *sl_service_worker_id(const struct sl_service *svc)
+{
+    return svc->worker_id;
+}
+const struct sl_config *sl_service_config(const struct sl_service *svc)
+{
+    return svc->cfg;
+}
 
 json_t *svc_disk_json(const struct sl_disk_status *d)
 {
@@ -339,8 +344,7 @@ json_t *svc_disk_json(const struct sl_disk_status *d)
 void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out)
 {
     const struct sl_config *cfg = svc->cfg;
-    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
-                   out);
+    ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent, out);
     pthread_mutex_lock(&svc->loop_lock);
     svc->disk = *out;
     pthread_mutex_unlock(&svc->loop_lock);
@@ -362,16 +366,15 @@ static json_t *heartbeat_payload(struct sl_service *svc, const struct sl_disk_st
     entry->running_execs = atomic_load(&svc->running_execs);
     entry->max_parallel_execs_per_sandbox = cfg->max_parallel_execs_per_sandbox;
     entry->observed_at = sl_now_us() / 1000;
-    return json_pack("{s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s,s:O,s:o}", "observed_at",
-                     (json_int_t)entry->observed_at, "max_parallel_execs_per_sandbox",
-                     (json_int_t)entry->max_parallel_execs_per_sandbox, "worker_id",
-                     entry->worker_id, "worker_epoch", entry->worker_epoch, "endpoint",
-                     entry->endpoint, "status", entry->status, "capacity",
-                     (json_int_t)entry->capacity, "running_sessions",
-                     (json_int_t)entry->running_sessions, "running_execs",
-                     (json_int_t)entry->running_execs, "profile_id", entry->profile_id,
-                     "profile_hash", entry->profile_hash, "capabilities", svc->capabilities,
-                     "disk", svc_disk_json(disk));
+    return json_pack(
+        "{s:I,s:I,s:s,s:s,s:s,s:s,s:I,s:I,s:I,s:s,s:s,s:O,s:o}", "observed_at",
+        (json_int_t)entry->observed_at, "max_parallel_execs_per_sandbox",
+        (json_int_t)entry->max_parallel_execs_per_sandbox, "worker_id", entry->worker_id,
+        "worker_epoch", entry->worker_epoch, "endpoint", entry->endpoint, "status", entry->status,
+        "capacity", (json_int_t)entry->capacity, "running_sessions",
+        (json_int_t)entry->running_sessions, "running_execs", (json_int_t)entry->running_execs,
+        "profile_id", entry->profile_id, "profile_hash", entry->profile_hash, "capabilities",
+        svc->capabilities, "disk", svc_disk_json(disk));
 }
 
 /* One heartbeat: registry entry + SQL worker row (FLEET.md §3.1). */
@@ -387,10 +390,16 @@ static int heartbeat(struct sl_service *svc, const char *status_override, struct
 
     struct sl_worker_entry entry;
     _cleanup_json_ json_t *payload = heartbeat_payload(svc, &disk, &entry);
-    if (!status_override &&
-        svc->registry->ops->publish(svc->registry, &entry, payload, cfg->heartbeat_ttl_seconds,
-                                    err) < 0)
-        return sl_error_wrap(err, "registry publish");
+    pthread_mutex_lock(&svc->loop_lock);
+    svc->self_entry = entry;
+    pthread_mutex_unlock(&svc->loop_lock);
+    /* The registry and the SQL row are written independently: a Redis that
+     * is away must not age this worker's row too (peers fall back to it,
+     * svc_worker_lookup). */
+    struct sl_error publish_err = {0};
+    bool published = status_override ||
+                     svc->registry->ops->publish(svc->registry, &entry, payload,
+                                                 cfg->heartbeat_ttl_seconds, &publish_err) == 0;
     struct sl_worker_row row = {
         .worker_id = svc->worker_id,
         .worker_epoch = svc->worker_epoch,
@@ -403,6 +412,11 @@ static int heartbeat(struct sl_service *svc, const char *status_override, struct
     };
     if (svc->store->ops->worker_upsert(svc->store, &row, err) < 0)
         return sl_error_wrap(err, "worker row upsert");
+    if (!published) {
+        if (err)
+            *err = publish_err;
+        return sl_error_wrap(err, "registry publish");
+    }
     if (!status_override)
         atomic_store(&svc->last_heartbeat_mono_us, sl_mono_us());
     return 0;
@@ -553,8 +567,7 @@ static int refuse_shared_memory_registry(struct sl_service *svc, struct sl_error
                           "SANDBOX_REGISTRY_BACKEND=memory: worker %s heartbeats into this "
                           "database (%lld s ago); replicas that share a database need "
                           "SANDBOX_REGISTRY_BACKEND=redis",
-                          w[i].worker_id,
-                          (long long)((sl_now_us() - w[i].heartbeat_at) / 1000000));
+                          w[i].worker_id, (long long)((sl_now_us() - w[i].heartbeat_at) / 1000000));
     }
     free(w);
     return rc;
@@ -567,8 +580,8 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
         return -1;
     /* Executions recorded RUNNING by a previous incarnation of this worker can
      * never finish: their processes died with it. */
-    int lost = svc->store->ops->exec_mark_worker_running(
-        svc->store, svc->worker_id, "WORKER_LOST", "WORKER_RESTARTED", sl_now_us(), &ignored);
+    int lost = svc->store->ops->exec_mark_worker_running(svc->store, svc->worker_id, "WORKER_LOST",
+                                                         "WORKER_RESTARTED", sl_now_us(), &ignored);
     if (lost > 0)
         sl_warn("marked %d executions of a previous run WORKER_LOST", lost);
     /* Their processes must not outlive that run either. Warm sessions and
@@ -639,18 +652,68 @@ void sl_service_close(struct sl_service *svc)
     free(svc);
 }
 
+int svc_worker_lookup(struct sl_service *svc, const char *worker_id, struct sl_worker_entry *out,
+                      struct sl_error *err)
+{
+    if (!worker_id)
+        return 0;
+    /* This process is alive by definition: its own entry, without asking. */
+    if (strcmp(worker_id, svc->worker_id) == 0) {
+        pthread_mutex_lock(&svc->loop_lock);
+        *out = svc->self_entry;
+        pthread_mutex_unlock(&svc->loop_lock);
+        return out->worker_id[0] ? 1 : 0;
+    }
+    int live = svc->registry->ops->get(svc->registry, worker_id, out, err);
+    if (live != 0)
+        return live;
+    /* Absent from the registry. A Redis that restarted has lost every
+     * entry until each worker's next heartbeat: a worker whose SQL row
+     * heartbeat within the TTL is taken as live meanwhile, or a restart of
+     * Redis would make every peer look gone (and a resolve reassign its
+     * sandboxes). A dead worker's row ages out with its key. */
+    struct sl_worker_record *rows = NULL;
+    size_t n = 0;
+    struct sl_error ignored = {0};
+    if (svc->store->ops->worker_list(svc->store, &rows, &n, &ignored) < 0)
+        return 0;
+    int64_t since = sl_now_us() - (int64_t)svc->cfg->heartbeat_ttl_seconds * 1000000;
+    int found = 0;
+    for (size_t i = 0; i < n && !found; i++) {
+        const struct sl_worker_record *w = &rows[i];
+        if (strcmp(w->worker_id, worker_id) != 0 || w->heartbeat_at < since ||
+            strcmp(w->status, "OFFLINE") == 0)
+            continue;
+        memset(out, 0, sizeof(*out));
+        snprintf(out->worker_id, sizeof(out->worker_id), "%s", w->worker_id);
+        snprintf(out->worker_epoch, sizeof(out->worker_epoch), "%s", w->worker_epoch);
+        snprintf(out->endpoint, sizeof(out->endpoint), "%s", w->endpoint);
+        snprintf(out->status, sizeof(out->status), "%s", w->status);
+        snprintf(out->profile_hash, sizeof(out->profile_hash), "%s", w->profile_hash);
+        out->capacity = w->capacity;
+        out->running_sessions = w->running_sessions;
+        out->observed_at = w->heartbeat_at / 1000;
+        found = 1;
+    }
+    free(rows);
+    return found;
+}
+
 json_t *sl_svc_internal_health(struct sl_service *svc)
 {
     struct sl_disk_status disk;
     svc_disk_status(svc, &disk);
     return json_pack("{s:s,s:s,s:s,s:I,s:i,s:I,s:o}", "status", disk.available ? "UP" : "DRAINING",
                      "worker_id", svc->worker_id, "worker_epoch", svc->worker_epoch, "capacity",
-                     (json_int_t)svc->cfg->worker_capacity, "running_sessions",
-                     svc_live_count(svc), "running_execs",
-                     (json_int_t)atomic_load(&svc->running_execs), "disk", svc_disk_json(&disk));
+                     (json_int_t)svc->cfg->worker_capacity, "running_sessions", svc_live_count(svc),
+                     "running_execs", (json_int_t)atomic_load(&svc->running_execs), "disk",
+                     svc_disk_json(&disk));
 }
 
-const char *sl_svc_worker_id(const struct sl_service *svc) { return svc->worker_id; }
+const char *sl_svc_worker_id(const struct sl_service *svc)
+{
+    return svc->worker_id;
+}
 
 void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation)
 {
@@ -664,24 +727,24 @@ json_t *sl_svc_healthz(struct sl_service *svc)
     svc_disk_status(svc, &disk);
     int64_t last = atomic_load(&svc->last_heartbeat_mono_us);
     bool fresh = last && sl_mono_us() - last < (int64_t)cfg->heartbeat_ttl_seconds * 1000000;
-    json_t *reclamation = json_pack(
-        "{s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "maintenance_interval_seconds",
-        cfg->maintenance_interval_seconds, "heartbeat_interval_seconds",
-        cfg->heartbeat_interval_seconds, "heartbeat_ttl_seconds",
-        (json_int_t)cfg->heartbeat_ttl_seconds, "idle_ttl_seconds",
-        (json_int_t)cfg->idle_ttl_seconds, "orphan_running_grace_seconds",
-        (json_int_t)cfg->orphan_running_grace_seconds, "orphan_release_grace_seconds",
-        (json_int_t)cfg->orphan_release_grace_seconds, "suspended_retention_seconds",
-        (json_int_t)cfg->suspended_retention_seconds, "orphan_dormant_dir_ttl_seconds",
-        (json_int_t)cfg->orphan_dormant_dir_ttl_seconds);
+    json_t *reclamation =
+        json_pack("{s:f,s:f,s:I,s:I,s:I,s:I,s:I,s:I}", "maintenance_interval_seconds",
+                  cfg->maintenance_interval_seconds, "heartbeat_interval_seconds",
+                  cfg->heartbeat_interval_seconds, "heartbeat_ttl_seconds",
+                  (json_int_t)cfg->heartbeat_ttl_seconds, "idle_ttl_seconds",
+                  (json_int_t)cfg->idle_ttl_seconds, "orphan_running_grace_seconds",
+                  (json_int_t)cfg->orphan_running_grace_seconds, "orphan_release_grace_seconds",
+                  (json_int_t)cfg->orphan_release_grace_seconds, "suspended_retention_seconds",
+                  (json_int_t)cfg->suspended_retention_seconds, "orphan_dormant_dir_ttl_seconds",
+                  (json_int_t)cfg->orphan_dormant_dir_ttl_seconds);
     json_t *reaper = svc_reaper_status(svc);
-    json_t *worker = json_pack(
-        "{s:s,s:s,s:s,s:s,s:i,s:i,s:O,s:s,s:s,s:o,s:o}", "id", svc->worker_id, "epoch",
-        svc->worker_epoch, "endpoint", svc->endpoint, "storage_mode",
-        cfg->shared_root ? "shared" : "local", "running_sessions", svc_live_count(svc),
-        "running_execs", atomic_load(&svc->running_execs), "capabilities", svc->capabilities,
-        "profile_id", cfg->profile_id, "profile_hash", svc->profile_hash, "orphan_reaper", reaper,
-        "reclamation", reclamation);
+    json_t *worker =
+        json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:O,s:s,s:s,s:o,s:o}", "id", svc->worker_id, "epoch",
+                  svc->worker_epoch, "endpoint", svc->endpoint, "storage_mode",
+                  cfg->shared_root ? "shared" : "local", "running_sessions", svc_live_count(svc),
+                  "running_execs", atomic_load(&svc->running_execs), "capabilities",
+                  svc->capabilities, "profile_id", cfg->profile_id, "profile_hash",
+                  svc->profile_hash, "orphan_reaper", reaper, "reclamation", reclamation);
     /* /healthz needs no token: a file's name, never where it lives (the
      * state layout is the host's business, not every caller's). */
     const char *database = svc->store->database;
@@ -699,11 +762,10 @@ json_t *sl_svc_healthz(struct sl_service *svc)
     json_object_set_new(db, "error", writable ? json_null() : json_string(why));
     json_object_set_new(db, "results_waiting", json_integer((json_int_t)pending));
     return json_pack("{s:s,s:s,s:{s:b},s:[s],s:o,s:s,s:o,s:o}", "status",
-                     fresh && disk.available && writable && !pending ? "ok" : "degraded",
-                     "mode", "agent-sandbox",
-                     "logging", "enabled", 0, "api_capabilities", "redacted_validation_v1", "db",
-                     db, "env_type", cfg->env_type, "worker", worker, "disk",
-                     svc_disk_json(&disk));
+                     fresh && disk.available && writable && !pending ? "ok" : "degraded", "mode",
+                     "agent-sandbox", "logging", "enabled", 0, "api_capabilities",
+                     "redacted_validation_v1", "db", db, "env_type", cfg->env_type, "worker",
+                     worker, "disk", svc_disk_json(&disk));
 }
 
 /* ---- live table ---------------------------------------------------------- */
@@ -716,8 +778,7 @@ static struct sl_live *live_find(struct sl_service *svc, const char *sandbox_id)
     return NULL;
 }
 
-int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                      uid_t uid)
+int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t generation, uid_t uid)
 {
     pthread_mutex_lock(&svc->live_lock);
     struct sl_live *l = live_find(svc, sandbox_id);
@@ -809,8 +870,8 @@ json_t *svc_live_templates(struct sl_service *svc, const char *sandbox_id)
     return t;
 }
 
-int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                    uid_t *uid, struct sl_error *err)
+int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t generation, uid_t *uid,
+                    struct sl_error *err)
 {
     pthread_mutex_lock(&svc->live_lock);
     struct sl_live *l = live_find(svc, sandbox_id);

@@ -115,3 +115,27 @@ def test_disk_pressure_drops_local_copies_oldest_first(s3, daemon_factory, small
     assert sh(boxes[0], "wc -c < /workspace/blob")["stdout"].strip() == str(8 * MiB)
     for sb in boxes:
         sb.release()
+
+
+def test_a_restart_forgets_no_suspended_copy(s3, daemon_factory, small_disk):
+    """FLEET.md §7.3 (a): the suspended copies a worker holds are found again
+    after a restart (from its SUSPENDED routes, a batch a pass), so disk
+    pressure still drops the ones with a snapshot."""
+    root = small_disk / "sandboxes"
+    env = dict(store_env(s3), SANDBOX_LOCAL_ROOT=str(root),
+               SANDBOX_MIN_FREE_BYTES=str(40 * MiB), SANDBOX_MAINTENANCE_INTERVAL_SECONDS="1")
+    d = daemon_factory(env)
+    sb = ready(d.client(), "forgot")
+    sh(sb, f"head -c {8 * MiB} /dev/urandom > /workspace/blob")
+    assert suspend(sb).status == 200
+    d.stop()
+    d2 = daemon_factory(env, state_dir=d.state, token=d.token, port=d.port)
+    # Fill the disk under the new process: 64 - 8 - 20 leaves 36 MiB < 40.
+    (small_disk / ".filler").write_bytes(b"\0" * (20 * MiB))
+    assert wait_for(lambda: not (root / sb.id).exists(), 15), "the restarted worker forgot it"
+    sb.c = d2.client()
+    assert sb.route().body["status"] == "SUSPENDED"
+    (small_disk / ".filler").unlink()
+    r = sb.c.post(f"{sb.path}/resume")
+    assert r.status == 200 and r.body["workspace_source"] == "restored", r
+    sb.release()
