@@ -569,8 +569,9 @@ static void run_handler(void *arg)
         return;
     }
     if (resp.forward) {
+        /* start_forward hands st away (whoever answers may free it at
+         * once): nothing of st is touched after it. */
         start_forward(st, &resp);
-        st->parsed = NULL;
         return;
     }
     st->parsed = NULL;

@@ -39,7 +39,7 @@ struct redis_conn {
 
 struct redis_registry {
     struct sl_registry pub;
-    char *host, *password, *ns;
+    char *host, *user, *password, *ns; /* user: a Redis 6 ACL user, NULL = default */
     int port, db;
     int64_t ttl_us; /* the heartbeat TTL: list()'s staleness check */
     struct timeval timeout;
@@ -104,7 +104,8 @@ static int connect_conn(struct redis_registry *g, struct redis_conn *c, struct s
         problem = c->ctx->errstr;
     redisReply *reply = NULL;
     if (!problem && g->password) {
-        reply = command(c, err, "AUTH %s", g->password);
+        reply = g->user ? command(c, err, "AUTH %s %s", g->user, g->password)
+                        : command(c, err, "AUTH %s", g->password);
         if (!reply)
             problem = "AUTH refused";
         freeReplyObject(reply);
@@ -312,6 +313,7 @@ static void redis_close(struct sl_registry *r)
     }
     pthread_mutex_destroy(&g->retry_lock);
     free(g->host);
+    free(g->user);
     if (g->password) {
         explicit_bzero(g->password, strlen(g->password));
         free(g->password);
@@ -327,6 +329,32 @@ static const struct sl_registry_ops redis_ops = {
     .unregister = redis_unregister,
     .close = redis_close,
 };
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decoded copy of s[0..n) (redis-py unquotes the URL's userinfo). */
+static char *decode(const char *s, size_t n)
+{
+    char *out = malloc(n + 1);
+    size_t j = 0;
+    for (size_t i = 0; out && i < n; i++) {
+        if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
+            out[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        } else {
+            out[j++] = s[i];
+        }
+    }
+    if (out)
+        out[j] = '\0';
+    return out;
+}
 
 /* redis://[[user]:password@]host[:port][/db]: the parts hiredis takes. */
 static int parse_url(struct redis_registry *g, const char *url, struct sl_error *err)
@@ -346,7 +374,9 @@ static int parse_url(struct redis_registry *g, const char *url, struct sl_error 
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         if (colon && at > colon + 1)
-            g->password = strndup(colon + 1, (size_t)(at - colon - 1));
+            g->password = decode(colon + 1, (size_t)(at - colon - 1));
+        if (colon && colon > rest && !(g->user = decode(rest, (size_t)(colon - rest))))
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     }
     const char *host_end = rest + end;
     const char *colon = memchr(host, ':', (size_t)(host_end - host));

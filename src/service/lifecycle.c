@@ -855,18 +855,19 @@ static bool owner_is_us(const struct sl_service *svc, const struct sl_route *r)
            strcmp(r->worker_epoch, svc->worker_epoch) == 0;
 }
 
-/* Whether a live peer holds the route (err then says SL_E_OWNED_ELSEWHERE);
- * any other answer of the owner decision is left to the caller's own
- * checks, err untouched. */
-static bool owned_by_live_peer(struct sl_service *svc, const struct sl_route *r,
-                               struct sl_error *err)
+/* 1 when a live peer holds the route (err says SL_E_OWNED_ELSEWHERE: the
+ * request is forwarded); 0 when it is ours or its owner is gone (err
+ * untouched: the caller's own checks decide); -1 when the owner could not
+ * be asked (the registry is away: err), so nothing is claimed. */
+static int owned_by_live_peer(struct sl_service *svc, const struct sl_route *r,
+                              struct sl_error *err)
 {
     struct sl_error decision = {0};
     if (svc_require_local_owner(svc, r, &decision) == 0 ||
-        !sl_error_is(&decision, SL_E_OWNED_ELSEWHERE))
-        return false;
-    *err = decision;
-    return true;
+        sl_error_is(&decision, SL_E_STALE_ROUTE))
+        return 0; /* ours, or its owner is gone: the caller's own checks decide */
+    *err = decision; /* a live peer's (forward), or the question failed */
+    return sl_error_is(&decision, SL_E_OWNED_ELSEWHERE) ? 1 : -1;
 }
 
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
@@ -883,7 +884,7 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
             return NULL;
         }
         json_t *answer = NULL;
-        int rc = 1;
+        int rc = 1, peer = 0;
         if (r.generation != generation) {
             sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
         } else if (status_is(&r, "SUSPENDED")) {
@@ -896,8 +897,10 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
                          "/api/v1/sandboxes/{id} with its generation) before suspending it");
         } else if (!status_is(&r, "READY") && !status_is(&r, "SUSPENDING")) {
             sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
-        } else if (owned_by_live_peer(svc, &r, err)) {
-            /* A live peer's: the whole suspend runs there (forwarded). */
+        } else if ((peer = owned_by_live_peer(svc, &r, err)) != 0) {
+            /* A live peer's: the whole suspend runs there (forwarded); or
+             * the owner could not be asked. Nothing was claimed. */
+            rc = peer < 0 ? -1 : 1;
         } else if (status_is(&r, "READY") &&
                    (rc = route_move(svc, &r, "READY", "SUSPENDING", false, err)) != 1) {
             /* lost the claim (rc 0: re-read) or failed */
@@ -998,6 +1001,10 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
                           owner.running_sessions < owner.capacity;
             if (live < 0) {
                 rc = -1;
+            } else if (live == 1 && strcmp(owner.worker_id, svc->worker_id) != 0) {
+                /* A live peer's: the whole resume runs there (forwarded), and
+                 * the owner judges its own capacity and profile. */
+                svc_owned_elsewhere(&r, &owner, err);
             } else if (live == 1 && !usable) {
                 sl_error_set(err, SL_E_NO_WORKER, 0, "NO_SANDBOX_WORKER_AVAILABLE");
             } else if (live != 1) {
@@ -1023,9 +1030,6 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
                     rc = answer ? 1 : again < 0 ? -1 : 0;
                     sl_route_clear(&now_r);
                 }
-            } else if (strcmp(owner.worker_id, svc->worker_id) != 0) {
-                /* A live peer's: the whole resume runs there (forwarded). */
-                svc_owned_elsewhere(&r, &owner, err);
             } else {
                 bool new_epoch = !r.worker_epoch || strcmp(r.worker_epoch, owner.worker_epoch) != 0;
                 bool new_hash = strcmp(r.profile_hash, svc->profile_hash) != 0;

@@ -60,12 +60,19 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     struct sink k;
     sl_buf_init(&k.body, MAX_ANSWER_BYTES + 1);
     k.too_big = false;
-    char worker[200], generation[64], auth[512];
+    char worker[200], generation[64];
+    char *auth = NULL;
     snprintf(worker, sizeof(worker), "X-Sandbox-Worker-ID: %s", rq->worker_id);
     snprintf(generation, sizeof(generation), "X-Sandbox-Generation: %lld",
              (long long)rq->generation);
-    snprintf(auth, sizeof(auth), "Authorization: %s", rq->auth);
+    /* The token has no length limit: the header is as long as it needs. */
+    if (asprintf(&auth, "Authorization: %s", rq->auth) < 0) {
+        snprintf(a->why, sizeof(a->why), "out of memory");
+        return -1;
+    }
     struct curl_slist *headers = curl_slist_append(NULL, auth);
+    explicit_bzero(auth, strlen(auth));
+    free(auth);
     headers = curl_slist_append(headers, worker);
     headers = curl_slist_append(headers, generation);
     /* No "Expect: 100-continue" round trip before a large body. */

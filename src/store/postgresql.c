@@ -57,8 +57,8 @@ struct pg_conn {
 struct pg_db {
     struct sl_sql_db pub; /* first */
     /* PQconnectdbParams() keywords and values, NULL-terminated. */
-    const char *keywords[8];
-    char *values[8];
+    const char *keywords[12];
+    char *values[12];
     char *database;
     struct sl_sql_pool pool;
 };
@@ -556,13 +556,22 @@ struct sl_store *sl_store_postgresql_open(const struct sl_server_db_options *o, 
     /* Later keywords override what the URI says: the session settings the
      * core relies on, and a connect timeout so an unreachable server
      * answers within seconds. */
-    char timeout[24], options[160];
+    char timeout[24], options[160], user_timeout[24];
     snprintf(timeout, sizeof(timeout), "%lld", (long long)o->connect_timeout_seconds);
+    /* The server's timeouts need a server that answers: a host that went
+     * off the network (no reset) is noticed by the socket, within the
+     * statement timeout and a margin, not by the kernel's retransmissions
+     * minutes later. */
+    snprintf(user_timeout, sizeof(user_timeout), "%lld",
+             (long long)(o->statement_timeout_ms + 10000));
     snprintf(options, sizeof(options),
              "-c DateStyle=ISO -c TimeZone=UTC -c lock_timeout=%lld -c statement_timeout=%lld",
              (long long)o->wait_ms, (long long)o->statement_timeout_ms);
-    const char *kw[] = {"dbname", "connect_timeout", "options", "application_name", NULL};
-    const char *vals[] = {uri, timeout, options, "sandloom"};
+    const char *kw[] = {"dbname",          "connect_timeout",     "options",
+                        "application_name", "keepalives",          "keepalives_idle",
+                        "keepalives_interval", "keepalives_count", "tcp_user_timeout",
+                        NULL};
+    const char *vals[] = {uri, timeout, options, "sandloom", "1", "10", "5", "3", user_timeout};
     bool ok = pool_rc == 0 && db->database && uri;
     for (size_t i = 0; kw[i]; i++) {
         db->keywords[i] = kw[i];

@@ -181,6 +181,19 @@ static void test_redis_keys_and_expiry(void **state)
     struct sl_worker_entry got;
     assert_int_equal(other->ops->get(other, "worker-a-8080", &got, &err), 0);
     other->ops->close(other);
+    /* The URL's password is percent-decoded ('-' written %2D here). */
+    char pass[128] = "", encoded[400];
+    int port = 0;
+    assert_int_equal(sscanf(redis_url(), "redis://:%127[^@]@127.0.0.1:%d", pass, &port), 2);
+    size_t k = 0;
+    for (const char *ch = pass; *ch && k + 4 < sizeof(encoded); ch++)
+        k += (size_t)(*ch == '-' ? snprintf(encoded + k, 4, "%%2D")
+                                : snprintf(encoded + k, 2, "%c", *ch));
+    char url[512];
+    snprintf(url, sizeof(url), "redis://:%s@127.0.0.1:%d/0", encoded, port);
+    struct sl_registry *enc = sl_registry_redis_open(url, "ns-keys", 30, 2000, &err);
+    assert_int_equal(enc->ops->get(enc, "worker-a-8080", &got, &err), 1);
+    enc->ops->close(enc);
     redisFree(c);
     r->ops->close(r);
 }
