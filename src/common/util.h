@@ -40,6 +40,13 @@ int sl_strlist_push(struct sl_strlist *list, const char *s);
 bool sl_strlist_contains(const struct sl_strlist *list, const char *s);
 void sl_strlist_free(struct sl_strlist *list);
 
+/* free() of a string that held a secret (a token, a password), zeroed
+ * first; NULL is fine. */
+void sl_free_secret(char *s);
+/* A malloc'd, NUL-terminated copy of s[0..n) with %XX escapes decoded (the
+ * userinfo of a database or Redis URL); NULL when out of memory. */
+char *sl_percent_decode(const char *s, size_t n);
+
 /* A bounded byte buffer (curl's dynbuf idea): appends fail with -1/ENOBUFS
  * past `max`. */
 struct sl_buf {

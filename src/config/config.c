@@ -1158,14 +1158,6 @@ int sl_config_load(struct sl_config *cfg, const char *dotenv_path, struct sl_err
     return 0;
 }
 
-static void free_secret(char *s)
-{
-    if (s) {
-        explicit_bzero(s, strlen(s));
-        free(s);
-    }
-}
-
 void sl_config_free(struct sl_config *cfg)
 {
     if (!cfg)
@@ -1178,7 +1170,7 @@ void sl_config_free(struct sl_config *cfg)
         case CFG_OPT_STR:
         case CFG_CHOICE:
         case CFG_BACKEND:
-            free_secret(*(char **)field);
+            sl_free_secret(*(char **)field);
             *(char **)field = NULL;
             break;
         case CFG_LIST:
@@ -1190,7 +1182,7 @@ void sl_config_free(struct sl_config *cfg)
             break;
         }
     }
-    free_secret(cfg->database_url);
+    sl_free_secret(cfg->database_url);
     free(cfg->database_path);
     free(cfg->workspace_root);
     free(cfg->env_type);

@@ -314,10 +314,7 @@ static void redis_close(struct sl_registry *r)
     pthread_mutex_destroy(&g->retry_lock);
     free(g->host);
     free(g->user);
-    if (g->password) {
-        explicit_bzero(g->password, strlen(g->password));
-        free(g->password);
-    }
+    sl_free_secret(g->password);
     free(g->ns);
     free(g);
 }
@@ -329,32 +326,6 @@ static const struct sl_registry_ops redis_ops = {
     .unregister = redis_unregister,
     .close = redis_close,
 };
-
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* Percent-decoded copy of s[0..n) (redis-py unquotes the URL's userinfo). */
-static char *decode(const char *s, size_t n)
-{
-    char *out = malloc(n + 1);
-    size_t j = 0;
-    for (size_t i = 0; out && i < n; i++) {
-        if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-            out[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-            i += 2;
-        } else {
-            out[j++] = s[i];
-        }
-    }
-    if (out)
-        out[j] = '\0';
-    return out;
-}
 
 /* redis://[[user]:password@]host[:port][/db]: the parts hiredis takes. */
 static int parse_url(struct redis_registry *g, const char *url, struct sl_error *err)
@@ -374,8 +345,8 @@ static int parse_url(struct redis_registry *g, const char *url, struct sl_error 
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
         if (colon && at > colon + 1)
-            g->password = decode(colon + 1, (size_t)(at - colon - 1));
-        if (colon && colon > rest && !(g->user = decode(rest, (size_t)(colon - rest))))
+            g->password = sl_percent_decode(colon + 1, (size_t)(at - colon - 1));
+        if (colon && colon > rest && !(g->user = sl_percent_decode(rest, (size_t)(colon - rest))))
             return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     }
     const char *host_end = rest + end;

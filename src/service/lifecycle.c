@@ -678,10 +678,7 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
     }
     free(a.body);
     free(url);
-    if (auth) {
-        explicit_bzero(auth, strlen(auth));
-        free(auth);
-    }
+    sl_free_secret(auth);
     return rc;
 }
 

@@ -71,8 +71,7 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
         return -1;
     }
     struct curl_slist *headers = curl_slist_append(NULL, auth);
-    explicit_bzero(auth, strlen(auth));
-    free(auth);
+    sl_free_secret(auth);
     headers = curl_slist_append(headers, worker);
     headers = curl_slist_append(headers, generation);
     /* No "Expect: 100-continue" round trip before a large body. */

@@ -79,14 +79,6 @@ struct my_db {
 static struct my_conn *conn_of(struct sl_sql_conn *c) { return (struct my_conn *)c; }
 static struct my_db *db_of(struct sl_sql_db *d) { return (struct my_db *)d; }
 
-static void free_secret(char *s)
-{
-    if (s) {
-        explicit_bzero(s, strlen(s));
-        free(s);
-    }
-}
-
 /* The client's error numbers that mean the connection is gone. */
 static bool connection_lost(unsigned code)
 {
@@ -480,7 +472,7 @@ static void my_close(struct sl_sql_db *d)
         sl_sql_pool_destroy(&db->pool);
     free(db->host);
     free(db->user);
-    free_secret(db->password);
+    sl_free_secret(db->password);
     free(db->database);
     free(db->socket);
     free(db);
@@ -510,33 +502,6 @@ static const struct sl_sql_driver my_driver = {
 
 /* ---- the URL ---- */
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9'   ? c - '0'
-           : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                  : -1;
-}
-
-/* Percent-decoded copy of s[0..n). */
-static char *decode(const char *s, size_t n)
-{
-    char *out = malloc(n + 1);
-    if (!out)
-        return NULL;
-    size_t j = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 && hexval(s[i + 2]) >= 0) {
-            out[j++] = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
-            i += 2;
-        } else {
-            out[j++] = s[i];
-        }
-    }
-    out[j] = '\0';
-    return out;
-}
-
 /* "mysql+aiomysql://user:pass@host:port/db?unix_socket=/x&ssl=true":
  * the parts libmariadb takes; query options it has no use for are named in
  * *dropped (charset is always utf8mb4 here). -1 when out of memory or the
@@ -555,8 +520,8 @@ static int parse_url(struct my_db *db, const char *url, struct sl_strlist *dropp
     const char *host = at ? at + 1 : rest;
     if (at) {
         const char *colon = memchr(rest, ':', (size_t)(at - rest));
-        db->user = decode(rest, (size_t)((colon ? colon : at) - rest));
-        db->password = colon ? decode(colon + 1, (size_t)(at - colon - 1)) : NULL;
+        db->user = sl_percent_decode(rest, (size_t)((colon ? colon : at) - rest));
+        db->password = colon ? sl_percent_decode(colon + 1, (size_t)(at - colon - 1)) : NULL;
         if (!db->user || (colon && !db->password))
             return -1;
     }
@@ -577,7 +542,7 @@ static int parse_url(struct my_db *db, const char *url, struct sl_strlist *dropp
     if (!db->host)
         return -1;
     db->port = port ? (unsigned)strtoul(port, NULL, 10) : 3306;
-    db->database = slash ? decode(slash + 1, (size_t)(rest + end - slash - 1)) : strdup("");
+    db->database = slash ? sl_percent_decode(slash + 1, (size_t)(rest + end - slash - 1)) : strdup("");
     if (!db->database)
         return -1;
     for (const char *q = rest[end] == '?' ? rest + end + 1 : NULL; q && *q;) {
@@ -591,7 +556,7 @@ static int parse_url(struct my_db *db, const char *url, struct sl_strlist *dropp
         snprintf(key, sizeof(key), "%.*s", (int)(klen < 63 ? klen : 63), q);
         if (strcmp(key, "unix_socket") == 0) {
             free(db->socket);
-            if (!(db->socket = decode(value, vlen)))
+            if (!(db->socket = sl_percent_decode(value, vlen)))
                 return -1;
         } else if (strcmp(key, "ssl") == 0 || strcmp(key, "ssl_mode") == 0) {
             db->ssl = !(vlen == 5 && strncasecmp(value, "false", 5) == 0) &&

@@ -63,15 +63,6 @@ struct pg_db {
     struct sl_sql_pool pool;
 };
 
-/* The connection string holds the password. */
-static void free_secret(char *s)
-{
-    if (s) {
-        explicit_bzero(s, strlen(s));
-        free(s);
-    }
-}
-
 static struct pg_conn *conn_of(struct sl_sql_conn *c) { return (struct pg_conn *)c; }
 static struct pg_db *db_of(struct sl_sql_db *d) { return (struct pg_db *)d; }
 
@@ -439,7 +430,7 @@ static void pg_close(struct sl_sql_db *d)
     if (db->pool.conns)
         sl_sql_pool_destroy(&db->pool);
     for (size_t i = 0; i < SL_ARRAY_LEN(db->values); i++)
-        free_secret(db->values[i]);
+        sl_free_secret(db->values[i]);
     free(db->database);
     free(db);
 }
@@ -578,7 +569,7 @@ struct sl_store *sl_store_postgresql_open(const struct sl_server_db_options *o, 
         db->values[i] = vals[i] ? strdup(vals[i]) : NULL;
         ok = ok && db->values[i];
     }
-    free_secret(uri);
+    sl_free_secret(uri);
     if (!ok) {
         sl_strlist_free(&dropped);
         pg_close(&db->pub);
