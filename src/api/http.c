@@ -295,10 +295,13 @@ static void run_forward(void *arg)
     struct forward_job *job = arg;
     struct sl_response resp;
     sl_forward_run(&job->rq, &resp);
-    /* §10.1 step 5: a 2xx is activity (the store skips dormant routes). */
-    if (resp.status >= 200 && resp.status < 300)
-        sl_svc_route_touch(job->st->http->svc, job->sandbox_id, job->generation);
-    answer(job->st, &resp);
+    struct sl_service *svc = job->st->http->svc;
+    bool touch = resp.status >= 200 && resp.status < 300;
+    answer(job->st, &resp); /* st is not ours after this */
+    /* §10.1 step 5: a 2xx is activity (the store skips dormant routes);
+     * written after the client has its answer, off its latency. */
+    if (touch)
+        sl_svc_route_touch(svc, job->sandbox_id, job->generation);
     free(job->url);
     free(job->body);
     free(job);
