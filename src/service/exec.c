@@ -473,16 +473,26 @@ static void blocking_done(json_t *doc, void *ctx)
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
+/* The route read and the owner decision of API.md §4.1 step 1. */
+static int full_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      struct sl_error *err)
+{
+    struct sl_route route = {0};
+    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
+        return -1;
+    int rc = svc_require_local_owner(svc, &route, err);
+    sl_route_clear(&route);
+    return rc;
+}
+
 int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_exec_request *req,
                 sl_exec_wait_fn wait, void *wait_ctx, json_t **out, struct sl_error *err)
 {
     *out = NULL;
-    struct sl_route route = {0};
-    if (svc_fence(svc, sandbox_id, req->generation, &route, err) < 0)
-        return -1;
-    int rc = svc_require_local_owner(svc, &route, err);
-    sl_route_clear(&route);
-    if (rc < 0)
+    /* A sandbox live here at the request's generation skips the route read:
+     * admission re-checks the route under its lock (below). */
+    bool fenced = svc_live_lookup(svc, sandbox_id, req->generation, NULL, NULL) < 0;
+    if (fenced && full_fence(svc, sandbox_id, req->generation, err) < 0)
         return -1;
 
     if (req->sensitive_len > 0) {
@@ -536,6 +546,15 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     struct sl_exec_record existing = {0};
     int admitted = svc->store->ops->exec_admit(
         svc->store, &x->rec, svc->cfg->max_parallel_execs_per_sandbox, &existing, err);
+    if (admitted < 0 && !fenced && err &&
+        (sl_error_is(err, SL_E_STALE_GENERATION) || sl_error_is(err, SL_E_SUSPENDED))) {
+        /* The route moved on since this process placed the sandbox (a
+         * release, a suspend, a reassign elsewhere): the fence's answer is
+         * the one to give, which may be to forward to the new owner. */
+        struct sl_error fence_err = {0};
+        if (full_fence(svc, sandbox_id, req->generation, &fence_err) < 0)
+            *err = fence_err;
+    }
     if (admitted < 0) {
         /* "Busy" because a finished command's record could not be written
          * yet (it still says RUNNING): the database is the cause. */
