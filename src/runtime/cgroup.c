@@ -541,25 +541,57 @@ static int exec_dir(const struct sl_cgroups *cg, uid_t uid, uint64_t seq, char o
     return cg_fmt(out, PATH_MAX, "%s/x%llu", sb, (unsigned long long)seq);
 }
 
+static int exec_procs_open(const char *dir, struct sl_error *err)
+{
+    char procs[PATH_MAX];
+    if (dir_file(procs, dir, "cgroup.procs") < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot name the command's cgroup");
+    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot open the command's cgroup");
+    return fd;
+}
+
 int sl_cgroup_exec_create(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err)
 {
-    char sb[PATH_MAX], dir[PATH_MAX], procs[PATH_MAX];
-    if (exec_dir(cg, uid, seq, dir) < 0 || dir_file(procs, dir, "cgroup.procs") < 0 ||
-        sandbox_dir(cg, exec_ctl(cg), uid, sb) < 0)
+    char sb[PATH_MAX], dir[PATH_MAX];
+    if (exec_dir(cg, uid, seq, dir) < 0 || sandbox_dir(cg, exec_ctl(cg), uid, sb) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot name the command's cgroup");
     /* The sandbox's own may not exist yet (its first command): its limits
      * are written when its first process enters it (sl_cgroup_enter_fds),
      * before this command's launcher runs anything. */
     if (mkdir_ok(sb) < 0 || (mkdir(dir, 0755) < 0 && errno != EEXIST))
         return sl_error_errno(err, SL_E_RUNTIME, "cannot create the command's cgroup");
-    int fd = open(procs, O_WRONLY | O_CLOEXEC);
+    int fd = exec_procs_open(dir, err);
     if (fd < 0) {
         int saved = errno;
         rmdir(dir);
         errno = saved;
-        return sl_error_errno(err, SL_E_RUNTIME, "cannot open the command's cgroup");
     }
     return fd;
+}
+
+int sl_cgroup_exec_reopen(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err)
+{
+    char dir[PATH_MAX];
+    if (exec_dir(cg, uid, seq, dir) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot name the command's cgroup");
+    return exec_procs_open(dir, err);
+}
+
+bool sl_cgroup_exec_empty(struct sl_cgroups *cg, uid_t uid, uint64_t seq)
+{
+    char dir[PATH_MAX], procs[PATH_MAX], buf[16];
+    if (exec_dir(cg, uid, seq, dir) < 0 || dir_file(procs, dir, "cgroup.procs") < 0)
+        return false;
+    _cleanup_close_ int fd = open(procs, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n;
+    do
+        n = read(fd, buf, sizeof(buf));
+    while (n < 0 && errno == EINTR);
+    return n == 0;
 }
 
 /* Signal every pid listed in dir/cgroup.procs; the count signalled, -1 if

@@ -82,9 +82,15 @@ int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid);
  * exec_signal: SIGKILL race-free as above; other signals to each listed
  * process. Returns the number signalled, -1 if the cgroup is unreadable.
  * exec_remove: rmdir, which fails harmlessly while a background job lives;
- * sl_cgroup_remove kills and removes what is left. */
+ * sl_cgroup_remove kills and removes what is left.
+ * exec_empty: whether nothing is left in x<seq>; exec_reopen: its
+ * cgroup.procs again, for another command (a warm session keeps one empty
+ * execution cgroup for its next command: mkdir and rmdir of a cgroup are
+ * the dearest steps of a warm command on v1). */
 bool sl_cgroups_exec_supported(const struct sl_cgroups *cg);
 int sl_cgroup_exec_create(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err);
+int sl_cgroup_exec_reopen(struct sl_cgroups *cg, uid_t uid, uint64_t seq, struct sl_error *err);
+bool sl_cgroup_exec_empty(struct sl_cgroups *cg, uid_t uid, uint64_t seq);
 int sl_cgroup_exec_signal(struct sl_cgroups *cg, uid_t uid, uint64_t seq, int sig);
 void sl_cgroup_exec_remove(struct sl_cgroups *cg, uid_t uid, uint64_t seq);
 /* Remove the sandbox's cgroups (its processes must be gone). Best effort. */

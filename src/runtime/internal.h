@@ -45,6 +45,10 @@ struct rt_session {
     int refs;                    /* holders of this pointer */
     bool dead;                   /* init is gone or stopped: never reused */
     int64_t last_used_us;
+    /* An empty execution cgroup left by a command that ended by itself,
+     * taken by the next one (0: none); removed with the session. */
+    uint64_t spare_cg_seq;
+    struct sl_cgroups *cgroups;
 };
 
 /* ---- supervision (supervise.c) ---- */
@@ -155,9 +159,14 @@ int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, ch
              int session_fd, struct sl_spawn_proc *proc, struct sl_error *err);
 
 /* Send x's request to the uid's warm session (started if needed); on
- * success x holds the session, its pipes and status socket. */
+ * success x holds the session, its pipes and status socket, and with
+ * want_cgroup its execution cgroup (the session's spare, or a new one). */
 int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
-                      struct sl_rt_exec *x, struct sl_error *err);
+                      struct sl_rt_exec *x, bool want_cgroup, struct sl_error *err);
+/* Offer x's execution cgroup, empty now, to its session for the next
+ * command; false when the session has one already or is dead (the caller
+ * removes it). */
+bool rt_session_keep_cgroup(struct sl_runtime *rt, struct rt_session *s, uint64_t seq);
 /* The execution on session s ended; broken = init died under it. */
 void rt_session_exec_done(struct sl_runtime *rt, struct rt_session *s, bool broken);
 void rt_session_stop_uid(struct sl_runtime *rt, uid_t uid);

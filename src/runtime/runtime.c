@@ -167,8 +167,10 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
     if (!x)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     /* The command's own cgroup first: the launch puts the command in it
-     * before it runs anything, so its whole tree is in there. */
-    if (rt->cgroups && sl_cgroups_exec_supported(rt->cgroups)) {
+     * before it runs anything, so its whole tree is in there. A session
+     * launch makes it (or takes its session's spare) itself. */
+    bool want_cgroup = rt->cgroups && sl_cgroups_exec_supported(rt->cgroups);
+    if (want_cgroup && !session) {
         x->cg_seq = atomic_fetch_add(&rt->exec_seq, 1) + 1;
         x->cg_procs_fd = sl_cgroup_exec_create(rt->cgroups, req->uid, x->cg_seq, err);
         if (x->cg_procs_fd < 0) {
@@ -177,7 +179,8 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
         }
         x->cg_exec = true;
     }
-    int rc = session ? rt_session_launch(rt, req, x, err) : rt_oneshot_launch(rt, ns, req, x, err);
+    int rc = session ? rt_session_launch(rt, req, x, want_cgroup, err)
+                     : rt_oneshot_launch(rt, ns, req, x, err);
     if (x->cg_procs_fd >= 0) {
         close(x->cg_procs_fd);
         x->cg_procs_fd = -1;

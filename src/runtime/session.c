@@ -47,6 +47,8 @@ static void session_kill_and_reap(struct rt_session *s)
 static void session_free(struct rt_session *s)
 {
     session_kill_and_reap(s);
+    if (s->spare_cg_seq && s->cgroups)
+        sl_cgroup_exec_remove(s->cgroups, s->uid, s->spare_cg_seq);
     rt_mount_set_free(&s->mounts);
     pthread_mutex_destroy(&s->write_lock);
     free(s);
@@ -88,6 +90,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
         return NULL;
     }
     s->uid = uid;
+    s->cgroups = rt->cgroups;
     s->pidfd = s->ctl_fd = -1;
     snprintf(s->root, sizeof(s->root), "%s", root);
     pthread_mutex_init(&s->write_lock, NULL);
@@ -282,8 +285,45 @@ static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
     return 0;
 }
 
+/* x's execution cgroup: the session's spare when it has one, else a new
+ * one. 0, or -1 with err. */
+static int exec_cgroup(struct sl_runtime *rt, struct rt_session *s, struct sl_rt_exec *x,
+                       struct sl_error *err)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    uint64_t spare = s->spare_cg_seq;
+    s->spare_cg_seq = 0;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (spare) {
+        struct sl_error ignored = {0};
+        x->cg_procs_fd = sl_cgroup_exec_reopen(rt->cgroups, s->uid, spare, &ignored);
+        if (x->cg_procs_fd >= 0) {
+            x->cg_seq = spare;
+            x->cg_exec = true;
+            return 0;
+        }
+        sl_cgroup_exec_remove(rt->cgroups, s->uid, spare); /* gone or broken: a new one */
+    }
+    x->cg_seq = atomic_fetch_add(&rt->exec_seq, 1) + 1;
+    x->cg_procs_fd = sl_cgroup_exec_create(rt->cgroups, s->uid, x->cg_seq, err);
+    if (x->cg_procs_fd < 0)
+        return -1;
+    x->cg_exec = true;
+    return 0;
+}
+
+bool rt_session_keep_cgroup(struct sl_runtime *rt, struct rt_session *s, uint64_t seq)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    bool keep = !s->dead && !s->spare_cg_seq;
+    if (keep)
+        s->spare_cg_seq = seq;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return keep;
+}
+
 int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
-                      struct sl_rt_exec *x, struct sl_error *err)
+                      struct sl_rt_exec *x, bool want_cgroup, struct sl_error *err)
 {
     /* A session found dead on send (init killed, e.g. by the memory quota)
      * is replaced once. */
@@ -300,6 +340,11 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
                       : rt_mounts_apply(s->pidfd, &s->mounts, req->mounts, req->nmounts, err);
         pthread_mutex_unlock(&s->write_lock);
         if (mrc < 0) {
+            session_release_exec(rt, s, false);
+            return -1;
+        }
+        /* Once: a retry on a new session keeps the first attempt's. */
+        if (want_cgroup && !x->cg_exec && exec_cgroup(rt, s, x, err) < 0) {
             session_release_exec(rt, s, false);
             return -1;
         }

@@ -315,17 +315,24 @@ static void finish(struct sl_rt_exec *x)
     }
     if (x->launched)
         res->exit_code = exit_code_of(x);
-    if (x->session) {
-        rt_session_exec_done(rt, x->session, session_broken);
-        x->session = NULL;
-    }
     if (x->cg_exec) {
         /* A terminated command leaves nothing behind; one that ended by
          * itself keeps its background jobs (warm sessions), and then the
-         * directory stays until they end or the sandbox is released. */
-        if (x->phase != PH_RUN && x->phase != PH_LINGER)
+         * directory stays until they end or the sandbox is released. One
+         * that ended by itself and left nothing hands its cgroup, never
+         * signalled (pids.max untouched), to its session's next command. */
+        bool ended_itself = x->phase == PH_RUN || x->phase == PH_LINGER;
+        if (!ended_itself)
             (void)sl_cgroup_exec_signal(rt->cgroups, x->uid, x->cg_seq, SIGKILL);
-        sl_cgroup_exec_remove(rt->cgroups, x->uid, x->cg_seq);
+        bool kept = ended_itself && !x->signal_sent && x->session && !session_broken &&
+                    sl_cgroup_exec_empty(rt->cgroups, x->uid, x->cg_seq) &&
+                    rt_session_keep_cgroup(rt, x->session, x->cg_seq);
+        if (!kept)
+            sl_cgroup_exec_remove(rt->cgroups, x->uid, x->cg_seq);
+    }
+    if (x->session) {
+        rt_session_exec_done(rt, x->session, session_broken);
+        x->session = NULL;
     }
     if (x->launched) {
         res->duration_ms = (sl_mono_us() - x->start_us) / 1000;

@@ -394,6 +394,39 @@ def test_timeout_spares_a_daemonised_process_of_the_warm_session(sb):
     assert wait_for(lambda: not uid_processes(sb.uid), 3), uid_processes(sb.uid)
 
 
+def exec_cgroups(uid):
+    """The execution cgroups (x<seq>) under the sandbox's cgroup in the
+    hierarchy that holds them here (v1: pids; v2: the one tree)."""
+    for root in ("/sys/fs/cgroup/pids", "/sys/fs/cgroup"):
+        for dirpath, dirnames, _ in os.walk(root):
+            if os.path.basename(dirpath) == f"sb-{uid}":
+                return sorted(d for d in dirnames if d.startswith("x"))
+            dirnames[:] = [d for d in dirnames if not d.startswith("x")]
+    return None
+
+
+def test_a_warm_sandbox_reuses_one_empty_execution_cgroup(sb):
+    """A command that ended by itself and left nothing hands its cgroup to the
+    next one (mkdir and rmdir of a cgroup are the dearest steps of a warm
+    command): twenty commands leave one execution cgroup, not twenty and not
+    none. A command killed at its deadline (its cgroup's pids.max was set to
+    0 to stop its forks) never hands its cgroup on: the next command forks."""
+    for _ in range(20):
+        assert exec_ok(sb, ["true"])["status"] == "SUCCEEDED"
+    held = exec_cgroups(sb.uid)
+    assert held is not None, "no cgroup of the sandbox found: this host runs commands in one"
+    assert len(held) == 1, f"one spare execution cgroup expected, found {held}"
+    b = exec_ok(sb, ["sleep", "30.711"], timeout_seconds=1)
+    assert b["status"] == "TIMED_OUT", b
+    b = exec_ok(sb, ["sh", "-c", "sh -c 'echo forked'; echo $?"])
+    assert (b["status"], b["stdout"]) == ("SUCCEEDED", "forked\n0\n"), b
+    assert len(exec_cgroups(sb.uid)) == 1, exec_cgroups(sb.uid)
+    # One that leaves a background job keeps its cgroup to itself.
+    exec_ok(sb, ["sh", "-c", "setsid sleep 30.712 >/dev/null 2>&1 </dev/null &"])
+    exec_ok(sb, ["true"])
+    assert len(exec_cgroups(sb.uid)) == 2, exec_cgroups(sb.uid)
+
+
 def test_background_timeout(sb):
     exec_id = start_bg(sb, ["sleep", "30.801"], timeout_seconds=1)
     b = wait_done(sb, exec_id, seconds=1 + GRACE + 4)
