@@ -8,7 +8,7 @@
 #include "api/errors.h"
 #include "service/peer.h"
 
-void sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out)
+bool sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out)
 {
     memset(out, 0, sizeof(*out));
     struct sl_peer_request p = {
@@ -31,7 +31,7 @@ void sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out
                                       NULL);
         out->len = out->body ? strlen(out->body) : 0;
         snprintf(out->log_detail, sizeof(out->log_detail), "forward: %.240s", a.why);
-        return;
+        return false;
     }
     out->status = a.status;
     /* The content types the owner answers with (a static string each). */
@@ -39,4 +39,5 @@ void sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out
     out->body = a.body;
     out->len = a.len;
     snprintf(out->log_detail, sizeof(out->log_detail), "forwarded to %s", rq->worker_id);
+    return true;
 }

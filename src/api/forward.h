@@ -10,6 +10,7 @@
 #ifndef SL_API_FORWARD_H
 #define SL_API_FORWARD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,8 @@ struct sl_forward_request {
     int64_t timeout_ms;    /* the read timeout of the route (§10.2) */
 };
 
-/* Fills *out (body malloc'd). Never fails: an unreachable owner is a 503. */
-void sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out);
+/* Fills *out (body malloc'd): the owner's answer, or a 503 when the owner
+ * could not be reached, and then returns false. */
+bool sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out);
 
 #endif

@@ -294,10 +294,12 @@ static void run_forward(void *arg)
 {
     struct forward_job *job = arg;
     struct sl_response resp;
-    sl_forward_run(&job->rq, &resp);
+    bool reached = sl_forward_run(&job->rq, &resp);
     struct sl_service *svc = job->st->http->svc;
     bool touch = resp.status >= 200 && resp.status < 300;
     answer(job->st, &resp); /* st is not ours after this */
+    if (!reached)
+        sl_svc_owner_forget(svc, job->sandbox_id);
     /* §10.1 step 5: a 2xx is activity (the store skips dormant routes);
      * written after the client has its answer, off its latency. */
     if (touch)

@@ -473,18 +473,6 @@ static void blocking_done(json_t *doc, void *ctx)
 
 static char *dup_or_null(const char *s) { return s ? strdup(s) : NULL; }
 
-/* The route read and the owner decision of API.md §4.1 step 1. */
-static int full_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                      struct sl_error *err)
-{
-    struct sl_route route = {0};
-    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
-        return -1;
-    int rc = svc_require_local_owner(svc, &route, err);
-    sl_route_clear(&route);
-    return rc;
-}
-
 int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_exec_request *req,
                 sl_exec_wait_fn wait, void *wait_ctx, json_t **out, struct sl_error *err)
 {
@@ -492,7 +480,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     /* A sandbox live here at the request's generation skips the route read:
      * admission re-checks the route under its lock (below). */
     bool fenced = svc_live_lookup(svc, sandbox_id, req->generation, NULL, NULL) < 0;
-    if (fenced && full_fence(svc, sandbox_id, req->generation, err) < 0)
+    if (fenced && svc_route_owner(svc, sandbox_id, req->generation, err) < 0)
         return -1;
 
     if (req->sensitive_len > 0) {
@@ -552,7 +540,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
          * release, a suspend, a reassign elsewhere): the fence's answer is
          * the one to give, which may be to forward to the new owner. */
         struct sl_error fence_err = {0};
-        if (full_fence(svc, sandbox_id, req->generation, &fence_err) < 0)
+        if (svc_route_owner(svc, sandbox_id, req->generation, &fence_err) < 0)
             *err = fence_err;
     }
     if (admitted < 0) {

@@ -31,12 +31,7 @@ static int file_recheck(void *arg, struct sl_error *err)
 static int file_prepare(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                         struct sl_ws_target *target, struct file_ctx *ctx, struct sl_error *err)
 {
-    struct sl_route route = {0};
-    if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
-        return -1;
-    int rc = svc_require_local_owner(svc, &route, err);
-    sl_route_clear(&route);
-    if (rc < 0)
+    if (svc_route_owner(svc, sandbox_id, generation, err) < 0)
         return -1;
     uid_t uid;
     if (svc_live_lookup(svc, sandbox_id, generation, &uid, err) < 0)

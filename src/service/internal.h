@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "registry/registry.h"
 #include "runtime/runtime.h"
+#include "service/owner_cache.h"
 #include "service/service.h"
 #include "store/store.h"
 #include "workspace/layout.h"
@@ -64,6 +65,7 @@ struct sl_service {
     char endpoint[513];
     char profile_hash[192]; /* effective hash (RUNTIME.md §3.2) */
     json_t *capabilities;   /* RUNTIME.md §8 document, built once at open */
+    struct svc_owner_cache *owners; /* forwards decided lately; NULL: none kept */
 
     pthread_mutex_t live_lock; /* guards live[] */
     struct sl_live *live;
@@ -100,20 +102,25 @@ struct sl_service {
     struct svc_reaper reaper;            /* counters guarded by loop_lock */
 };
 
-/* Control-plane fence (API.md §2.2 rule 2 + §10.1 steps 1–2): the route must
- * exist at `generation`, be awake, and its owner be live with the route's
- * epoch. On success *route is filled (caller clears it). */
 /* Whether the worker recorded on the route is alive in the route's epoch:
  * JSON true/false, null for a released or unplaced route. */
 json_t *svc_route_owner_live(struct sl_service *svc, const struct sl_route *r);
+/* Control-plane fence (API.md §2.2 rule 2 + §10.1 steps 1–2): the route must
+ * exist at `generation`, be awake, and its owner be live with the route's
+ * epoch. On success *route is filled (caller clears it). */
 int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
               struct sl_route *route, struct sl_error *err);
-/* The owner is this process (after svc_fence). Otherwise the request would be
- * forwarded; this build answers SANDBOX_WORKER_UNREACHABLE. */
+/* The one owner decision (after svc_fence): 0 when this process owns the
+ * route; SL_E_OWNED_ELSEWHERE, with the owner in err->owner, when a live
+ * peer does (the API forwards there, API.md §10); a refusal otherwise. */
 int svc_require_local_owner(struct sl_service *svc, const struct sl_route *route,
                             struct sl_error *err);
-/* All three for calls on a sandbox's owner (poll, cancel, templates): the
- * route fence, this process as the owner, live here at that generation. */
+/* svc_fence + svc_require_local_owner, through the owner cache
+ * (service/owner_cache.h): a forward decided within the last second for
+ * this generation is decided again without the route read and the registry
+ * lookup. */
+int svc_route_owner(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    struct sl_error *err);
 /* SL_E_OWNED_ELSEWHERE naming `owner`, a live peer holding `route`: the
  * API forwards the request there. Returns -1. */
 struct sl_worker_entry;
@@ -125,6 +132,8 @@ int svc_owned_elsewhere(const struct sl_route *route, const struct sl_worker_ent
  * be asked: err). Every owner decision asks this. */
 int svc_worker_lookup(struct sl_service *svc, const char *worker_id, struct sl_worker_entry *out,
                       struct sl_error *err);
+/* For calls on a sandbox's owner (poll, cancel, templates, files):
+ * svc_route_owner, then live here at that generation. */
 int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                     struct sl_error *err);
 /* Runtime lookup: live here at that generation, not being destroyed. */

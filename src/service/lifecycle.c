@@ -99,18 +99,33 @@ int svc_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation
     return 0;
 }
 
-int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+int svc_route_owner(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                     struct sl_error *err)
 {
+    if (svc_owner_cache_get(svc->owners, sandbox_id, generation, err))
+        return -1;
     struct sl_route route = {0};
     if (svc_fence(svc, sandbox_id, generation, &route, err) < 0)
         return -1;
     int rc = svc_require_local_owner(svc, &route, err);
     sl_route_clear(&route);
-    if (rc < 0)
+    if (rc < 0 && err && sl_error_is(err, SL_E_OWNED_ELSEWHERE))
+        svc_owner_cache_put(svc->owners, sandbox_id, &err->owner);
+    return rc;
+}
+
+int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                    struct sl_error *err)
+{
+    if (svc_route_owner(svc, sandbox_id, generation, err) < 0)
         return -1;
     uid_t uid;
     return svc_live_lookup(svc, sandbox_id, generation, &uid, err);
+}
+
+void sl_svc_owner_forget(struct sl_service *svc, const char *sandbox_id)
+{
+    svc_owner_cache_forget(svc->owners, sandbox_id);
 }
 
 /* The one owner decision of every route that acts on a sandbox (after

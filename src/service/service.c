@@ -307,6 +307,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     if (svc->quota.why[0])
         sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
     svc->capabilities = build_capabilities(svc, p);
+    svc->owners = svc_owner_cache_new(); /* NULL (no memory): every request decides afresh */
     if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"), "hidden")))
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
                 "own, so sandboxes read their host paths in /proc/self/mountinfo (set "
@@ -644,6 +645,7 @@ void sl_service_close(struct sl_service *svc)
         json_decref(svc->live[i].templates);
     }
     free(svc->live);
+    svc_owner_cache_free(svc->owners);
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
     pthread_mutex_destroy(&svc->loop_lock);

@@ -68,6 +68,10 @@ json_t *sl_svc_internal_health(struct sl_service *svc);
 const char *sl_svc_worker_id(const struct sl_service *svc);
 /* The activity of a forwarded request that succeeded (API.md §10.1 step 5). */
 void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t generation);
+/* A forward to the sandbox's owner failed to reach it: the owner cache
+ * forgets the sandbox, so the next request decides from the route and the
+ * registry again. */
+void sl_svc_owner_forget(struct sl_service *svc, const char *sandbox_id);
 
 /* Lifecycle (API.md §3.5–§3.8, §3.14). */
 json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,

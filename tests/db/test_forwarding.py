@@ -4,6 +4,7 @@ with the fencing headers and its answer relayed; the owner refuses a
 request addressed to another worker before doing anything."""
 import base64
 import json
+import time
 import urllib.request
 
 from e2e_harness import unique_id
@@ -220,3 +221,56 @@ def test_suspend_and_resume_through_a_replica_that_is_not_the_owner(daemon_facto
     assert route["status"] == "READY" and route["worker_id"] == owner.worker_id, route
     r = via.exec(["cat", "/workspace/kept.txt"])
     assert r.status == 200 and r.body["stdout"] == "kept", r
+
+
+def test_the_fronts_owner_cache_never_changes_an_answer(daemon_factory):
+    """The front remembers for a second which worker a forward went to
+    (service/owner_cache.h), so a burst pays the route read and the registry
+    lookup once. A change of state inside that second must not change any
+    answer: each request made at once after a change (the owner remembered)
+    answers what the same request answers a second later (decided afresh
+    from the route and the registry)."""
+    ds = fleet(daemon_factory)
+    via, owner, other = owned_elsewhere(ds, "oc")
+
+    def answer(r):
+        return r.status, r.body.get("status") if r.status == 200 else r.body.get("code"), \
+            r.body.get("stdout")
+
+    def remembered_then_fresh(make):
+        at_once = answer(make())
+        time.sleep(1.3)
+        return at_once, answer(make())
+
+    def ran():
+        return via.exec(["echo", "ran"])
+
+    assert answer(ran()) == (200, "SUCCEEDED", "ran\n")  # the owner is remembered from here
+    r = via.c.post(f"/api/v1/sandboxes/{via.id}/suspend", json={"generation": via.generation})
+    assert r.status == 200 and r.body["status"] == "SUSPENDED", r
+    at_once, fresh = remembered_then_fresh(ran)
+    assert at_once == fresh and at_once[0] == 409, (at_once, fresh)
+    r = via.c.post(f"/api/v1/sandboxes/{via.id}/resume")
+    assert r.status == 200 and r.body["status"] == "READY", r
+    via.generation = r.body["generation"]
+    assert answer(ran()) == (200, "SUCCEEDED", "ran\n")
+    assert via.release().status == 200
+    at_once, fresh = remembered_then_fresh(ran)
+    assert at_once == fresh and at_once[0] == 409, (at_once, fresh)
+    # Placed again (a new generation): the new owner is asked, not the old one.
+    assert via.resolve().status == 200 and via.connect().status == 200
+    assert answer(ran()) == (200, "SUCCEEDED", "ran\n")
+    # Its owner killed: the remembered forward fails (503, as the registry
+    # says too until the owner's entry expires) and is forgotten; once the
+    # owner's heartbeat is stale, the front says so itself.
+    route = via.route().body
+    dead = next(d for d in ds if d.worker_id == route["worker_id"])
+    front = next(d for d in ds if d.worker_id != route["worker_id"])
+    via = Sandbox(front.client(), via.id, "scope")
+    via.generation = route["generation"]
+    assert answer(ran()) == (200, "SUCCEEDED", "ran\n")
+    dead.proc.kill()
+    dead.proc.wait()
+    assert_error(ran(), 503, "SANDBOX_WORKER_UNREACHABLE")
+    assert wait_for(lambda: ran().status != 503, 20), ran()
+    assert_error(ran(), 409, "STALE_SANDBOX_ROUTE")
