@@ -67,10 +67,9 @@ enum stmt_id {
     ST_ROUTE_ADMIT,
     ST_ROUTE_FINISH,
     ST_EXEC_GET,
-    ST_EXEC_RUNNING,
+    ST_EXEC_ADMIT_READ,
     ST_EXEC_INSERT,
     ST_EXEC_FINISH,
-    ST_EXEC_EARLIEST,
     ST_EXEC_MARK,
     ST_EXEC_MARK_WORKER,
     ST_EXEC_WITHDRAW,
@@ -135,10 +134,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     /* Only a RUNNING route changes status: a route a release or suspend has
      * claimed meanwhile must not be resurrected. A dormant route's
      * last_active_at is its retention clock (FLEET.md §7.1) and stays. */
-    [ST_ROUTE_FINISH] = "UPDATE " ROUTE_TABLE " SET active_exec_id = ?3, "
-                        "status = CASE WHEN status = 'RUNNING' THEN ?4 ELSE status END, "
+    /* API.md §4.1 step 6 in one statement (one round trip on a server):
+     * active_exec_id becomes the earliest running execution left, and a
+     * RUNNING route with none becomes READY. */
+    [ST_ROUTE_FINISH] = "UPDATE " ROUTE_TABLE " SET active_exec_id = (SELECT exec_id FROM "
+                        EXEC_TABLE " WHERE sandbox_id = ?1 AND generation = ?2 "
+                        "AND status = 'RUNNING' ORDER BY started_at IS NULL, started_at, "
+                        "created_at, exec_id LIMIT 1), "
+                        "status = CASE WHEN status <> 'RUNNING' THEN status "
+                        "WHEN EXISTS (SELECT 1 FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
+                        "AND generation = ?2 AND status = 'RUNNING') THEN 'RUNNING' "
+                        "ELSE 'READY' END, "
                         "last_active_at = CASE WHEN status IN ('SUSPENDING', 'SUSPENDED') "
-                        "THEN last_active_at ELSE ?5 END, updated_at = ?5 "
+                        "THEN last_active_at ELSE ?3 END, updated_at = ?3 "
                         "WHERE sandbox_id = ?1 AND generation = ?2",
     /* The admin list: output columns read as NULL (the list has none). */
     [ST_EXEC_LIST] = "SELECT sandbox_id, exec_id, generation, worker_id, status, command_json, "
@@ -178,8 +186,13 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " OR termination_reason = ?3)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
-    [ST_EXEC_RUNNING] = "SELECT exec_scope, command_json FROM " EXEC_TABLE
-                        " WHERE sandbox_id = ?1 AND generation = ?2 AND status = 'RUNNING'",
+    /* Admission's one read: the record of this exec_id (a replay) and the
+     * generation's running executions (the limit and the scopes). The last
+     * column says which is which by the database's own comparison (the
+     * WHERE's: MySQL's collation folds case). */
+    [ST_EXEC_ADMIT_READ] = "SELECT " EXEC_COLUMNS ", CASE WHEN exec_id = ?2 THEN 1 ELSE 0 END "
+                           "FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
+                           "AND (exec_id = ?2 OR (generation = ?3 AND status = 'RUNNING'))",
     [ST_EXEC_INSERT] = "INSERT INTO " EXEC_TABLE " (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, "
                        "'RUNNING', ?5, ?6, NULL, NULL, NULL, FALSE, ?7, NULL, ?7, NULL)",
     [ST_EXEC_FINISH] = "UPDATE " EXEC_TABLE " SET status = ?3, exit_code = ?4, stdout_text = ?5, "
@@ -188,9 +201,6 @@ static const char *const stmt_sql[ST_COUNT] = {
                        /* Only a running record finishes: one already marked
                         * WORKER_LOST by a reassignment keeps that verdict. */
                        "WHERE sandbox_id = ?1 AND exec_id = ?2 AND status = 'RUNNING'",
-    [ST_EXEC_EARLIEST] = "SELECT exec_id FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
-                         "AND generation = ?2 AND status = 'RUNNING' "
-                         "ORDER BY started_at IS NULL, started_at, created_at, exec_id LIMIT 1",
     [ST_EXEC_MARK] = "UPDATE " EXEC_TABLE " SET status = ?3, finished_at = ?4, "
                      "termination_reason = ?5 "
                      "WHERE sandbox_id = ?1 AND generation = ?2 AND status = 'RUNNING'",
@@ -1452,29 +1462,43 @@ static int admit_check_route(struct sql_store *st, struct sl_sql_conn *c,
     return 0;
 }
 
-/* Admission steps 4.3 and 4.4: the parallel limit first, then scopes. */
-static int admit_check_running(struct sql_store *st, struct sl_sql_conn *c,
-                               const struct sl_exec_record *rec, const char *want_scope,
-                               int64_t max_parallel, struct sl_error *err)
+/* Admission steps 4.1, 4.3 and 4.4 from one read: SL_ADMIT_REPLAY with
+ * *existing filled when the exec_id is known; else the parallel limit
+ * first, then scopes (0, or -1 refused). */
+static int admit_read(struct sql_store *st, struct sl_sql_conn *c,
+                      const struct sl_exec_record *rec, const char *want_scope,
+                      int64_t max_parallel, struct sl_exec_record *existing,
+                      struct sl_error *err)
 {
     struct args a;
     args_init(&a, &st->pub);
     arg_text(&a, 1, rec->sandbox_id);
-    arg_int(&a, 2, rec->generation);
-    if (query(st, c, ST_EXEC_RUNNING, &a, err) < 0)
+    arg_text(&a, 2, rec->exec_id);
+    arg_int(&a, 3, rec->generation);
+    if (query(st, c, ST_EXEC_ADMIT_READ, &a, err) < 0)
         return -1;
     int64_t running = 0;
-    bool conflict = false;
+    bool conflict = false, replay = false;
     int r;
     while ((r = next(st, c, err)) == 1) {
-        running++;
-        if (!conflict) {
-            struct reader rd = reader_of(st, c);
-            conflict = scope_conflicts(want_scope, col(&rd, 0, NULL), col(&rd, 1, NULL));
+        struct reader rd = reader_of(st, c);
+        if (read_int64(&rd, 15, 0) == 1) {
+            if (exec_read(st, c, existing, err) < 0)
+                return -1;
+            replay = true;
+            continue;
         }
+        running++;
+        if (!conflict)
+            conflict = scope_conflicts(want_scope, col(&rd, 6, NULL), col(&rd, 5, NULL));
     }
-    if (r < 0)
+    if (r < 0) {
+        if (replay)
+            sl_exec_record_clear(existing);
         return -1;
+    }
+    if (replay)
+        return SL_ADMIT_REPLAY;
     if (running >= max_parallel)
         return refuse(err, SL_E_PARALLEL_EXEC_LIMIT);
     if (conflict)
@@ -1533,16 +1557,13 @@ static int admit_locked(struct sql_store *st, struct sl_sql_conn *c,
         sl_error_clear(err);
         return SL_ADMIT_REPLAY;
     }
-    int found = exec_lookup(st, c, rec->sandbox_id, rec->exec_id, existing, err);
-    if (found < 0)
-        return -1;
-    if (found)
-        return SL_ADMIT_REPLAY;
     /* An empty scope is no scope: the column's NULL means unscoped. */
     const char *scope = rec->exec_scope && *rec->exec_scope ? rec->exec_scope : NULL;
+    int found = admit_read(st, c, rec, scope, max_parallel, existing, err);
+    if (found != 0)
+        return found;
     int64_t now = rec->created_at ? rec->created_at : sl_now_us();
-    if (admit_check_running(st, c, rec, scope, max_parallel, err) < 0 ||
-        admit_insert(st, c, rec, scope, now, err) < 0 || admit_mark_route(st, c, rec, now, err) < 0)
+    if (admit_insert(st, c, rec, scope, now, err) < 0 || admit_mark_route(st, c, rec, now, err) < 0)
         return -1;
     return SL_ADMIT_ADMITTED;
 }
@@ -1592,26 +1613,6 @@ static int finish_record(struct sql_store *st, struct sl_sql_conn *c,
     return r < 0 ? sl_error_wrap(err, "finish execution") : 0;
 }
 
-/* The earliest-started RUNNING execution of the generation, malloc'd into
- * *out (NULL when none). */
-static int earliest_running(struct sql_store *st, struct sl_sql_conn *c,
-                            const struct sl_exec_record *rec, char **out, struct sl_error *err)
-{
-    *out = NULL;
-    struct args a;
-    args_init(&a, &st->pub);
-    arg_text(&a, 1, rec->sandbox_id);
-    arg_int(&a, 2, rec->generation);
-    if (query(st, c, ST_EXEC_EARLIEST, &a, err) < 0)
-        return -1;
-    int r = next(st, c, err);
-    if (r <= 0)
-        return r;
-    struct reader rd = reader_of(st, c);
-    *out = read_str(&rd, 0, true);
-    return reader_done(&rd, EXEC_TABLE, err);
-}
-
 /* API.md §4.1 step 6: the route's active_exec_id becomes the earliest
  * running execution left, and a RUNNING route with none becomes READY. The
  * WHERE on generation is the "route moved on => nothing written" rule. */
@@ -1619,16 +1620,11 @@ static int route_after_exec_locked(struct sql_store *st, struct sl_sql_conn *c,
                                    const struct sl_exec_record *rec, int64_t now,
                                    struct sl_error *err)
 {
-    _cleanup_free_ char *active = NULL;
-    if (earliest_running(st, c, rec, &active, err) < 0)
-        return -1;
     struct args a;
     args_init(&a, &st->pub);
     arg_text(&a, 1, rec->sandbox_id);
     arg_int(&a, 2, rec->generation);
-    arg_text(&a, 3, active);
-    arg_text(&a, 4, active ? "RUNNING" : "READY");
-    arg_ts(&a, 5, now, false);
+    arg_ts(&a, 3, now, false);
     return run(st, c, ST_ROUTE_FINISH, &a, err) < 0 ? sl_error_wrap(err, "update route") : 0;
 }
 
