@@ -52,6 +52,9 @@ struct pg_conn {
     bool prepared[SL_SQL_MAX_STMTS];
     PGresult *res; /* of the last query */
     int row, nrows;
+    /* A transaction begun but not sent yet: its BEGIN goes with the first
+     * statement, in one round trip (pipeline mode). */
+    bool begin_pending;
 };
 
 struct pg_db {
@@ -170,6 +173,47 @@ static int take_result(struct pg_conn *c, PGresult *res, const char *what, struc
     return state && strcmp(state, "23505") == 0 ? SL_SQL_CONFLICT : -1;
 }
 
+/* The next result of a pipeline and the NULL that ends it. */
+static PGresult *pipeline_result(PGconn *pg)
+{
+    PGresult *res = PQgetResult(pg);
+    PGresult *extra;
+    while (res && (extra = PQgetResult(pg)) != NULL)
+        PQclear(extra);
+    return res;
+}
+
+/* BEGIN and the transaction's first statement in one round trip: both sent
+ * in pipeline mode, then one sync. The statement's result is kept as a
+ * query's; a failed BEGIN is the failure (the statement was not run). */
+static int begin_with(struct pg_conn *c, const char *name, int nargs, const char *const *values,
+                      struct sl_error *err)
+{
+    c->begin_pending = false;
+    if (PQenterPipelineMode(c->pg) != 1) {
+        if (take_result(c, PQexec(c->pg, "BEGIN"), "BEGIN", err) < 0)
+            return -1;
+        return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0),
+                           "query", err);
+    }
+    bool sent = PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
+                PQsendQueryPrepared(c->pg, name, nargs, values, NULL, NULL, 0) == 1 &&
+                PQpipelineSync(c->pg) == 1;
+    PGresult *begin = sent ? pipeline_result(c->pg) : NULL;
+    PGresult *stmt = sent ? pipeline_result(c->pg) : NULL;
+    PGresult *sync = sent ? PQgetResult(c->pg) : NULL;
+    bool synced = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
+    PQclear(sync);
+    if (!synced || PQexitPipelineMode(c->pg) != 1)
+        c->pub.broken = true; /* results out of step: never reuse this connection */
+    if (!begin || PQresultStatus(begin) != PGRES_COMMAND_OK) {
+        PQclear(stmt);
+        return take_result(c, begin, "BEGIN", err);
+    }
+    PQclear(begin);
+    return take_result(c, stmt, "query", err);
+}
+
 static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
                     const struct sl_sql_arg *args, int nargs, struct sl_error *err)
 {
@@ -217,6 +261,8 @@ static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *
             break;
         }
     }
+    if (c->begin_pending)
+        return begin_with(c, name, nargs, values, err);
     return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0), "query",
                        err);
 }
@@ -299,12 +345,18 @@ static int simple(struct pg_conn *c, const char *sql, struct sl_error *err)
 
 static int pg_begin(struct sl_sql_conn *pc, struct sl_error *err)
 {
-    return simple(conn_of(pc), "BEGIN", err);
+    (void)err;
+    conn_of(pc)->begin_pending = true; /* sent with the first statement */
+    return 0;
 }
 
 static int pg_commit(struct sl_sql_conn *pc, struct sl_error *err)
 {
     struct pg_conn *c = conn_of(pc);
+    if (c->begin_pending) {
+        c->begin_pending = false; /* nothing was sent: nothing to commit */
+        return 0;
+    }
     if (simple(c, "COMMIT", err) < 0)
         return -1;
     /* COMMIT of a transaction an error aborted answers ROLLBACK, not an
@@ -317,6 +369,7 @@ static int pg_commit(struct sl_sql_conn *pc, struct sl_error *err)
 static void pg_rollback(struct sl_sql_conn *pc)
 {
     struct pg_conn *c = conn_of(pc);
+    c->begin_pending = false;
     if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
         (void)simple(c, "ROLLBACK", NULL);
 }
