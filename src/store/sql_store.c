@@ -186,13 +186,17 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " OR termination_reason = ?3)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
-    /* Admission's one read: the record of this exec_id (a replay) and the
-     * generation's running executions (the limit and the scopes). The last
-     * column says which is which by the database's own comparison (the
-     * WHERE's: MySQL's collation folds case). */
-    [ST_EXEC_ADMIT_READ] = "SELECT " EXEC_COLUMNS ", CASE WHEN exec_id = ?2 THEN 1 ELSE 0 END "
-                           "FROM " EXEC_TABLE " WHERE sandbox_id = ?1 "
-                           "AND (exec_id = ?2 OR (generation = ?3 AND status = 'RUNNING'))",
+    /* Admission's one read: the record of this exec_id (a replay, last
+     * column 1) and the generation's other running executions (the limit
+     * and the scopes). Two branches, so each uses its index (the primary
+     * key; sandbox_id + status): one WHERE with an OR read every record of
+     * the sandbox on SQLite. = and <> are the database's own comparison
+     * (MySQL's collation folds case), so a row is in exactly one. */
+    [ST_EXEC_ADMIT_READ] = "SELECT " EXEC_COLUMNS ", 1 FROM " EXEC_TABLE
+                           " WHERE sandbox_id = ?1 AND exec_id = ?2 UNION ALL "
+                           "SELECT " EXEC_COLUMNS ", 0 FROM " EXEC_TABLE
+                           " WHERE sandbox_id = ?1 AND status = 'RUNNING' AND generation = ?3 "
+                           "AND exec_id <> ?2",
     [ST_EXEC_INSERT] = "INSERT INTO " EXEC_TABLE " (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, "
                        "'RUNNING', ?5, ?6, NULL, NULL, NULL, FALSE, ?7, NULL, ?7, NULL)",
     [ST_EXEC_FINISH] = "UPDATE " EXEC_TABLE " SET status = ?3, exit_code = ?4, stdout_text = ?5, "
