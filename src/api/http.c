@@ -297,8 +297,9 @@ static void run_forward(void *arg)
     bool reached = sl_forward_run(&job->rq, &resp);
     struct sl_service *svc = job->st->http->svc;
     bool touch = resp.status >= 200 && resp.status < 300;
+    bool forget = !reached || resp.status == 503; /* an owner gone or going */
     answer(job->st, &resp); /* st is not ours after this */
-    if (!reached)
+    if (forget)
         sl_svc_owner_forget(svc, job->sandbox_id);
     /* §10.1 step 5: a 2xx is activity (the store skips dormant routes);
      * written after the client has its answer, off its latency. */

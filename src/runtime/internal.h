@@ -76,6 +76,7 @@ struct sl_rt_exec {
      * termination reaches every process in it. cg_procs_fd is its
      * cgroup.procs, open only until the launch has used it. */
     bool cg_exec;
+    bool cg_signalled; /* a signal went to the cgroup: never handed on */
     uint64_t cg_seq;
     int cg_procs_fd;
     int out_fd, err_fd, timer_fd;

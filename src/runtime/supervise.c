@@ -107,8 +107,10 @@ static void arm_timer(struct sl_rt_exec *x, int64_t at_us)
  * signal reaches each process once: a handler must not run twice. */
 static void deliver(struct sl_rt_exec *x, int sig)
 {
-    if (x->cg_exec && (sig == SIGKILL || x->exited))
+    if (x->cg_exec && (sig == SIGKILL || x->exited)) {
+        x->cg_signalled = true; /* v1: its pids.max may be 0 now */
         (void)sl_cgroup_exec_signal(x->rt->cgroups, x->uid, x->cg_seq, sig);
+    }
     if (x->exited)
         return;
     x->signal_sent = sig;
@@ -322,9 +324,12 @@ static void finish(struct sl_rt_exec *x)
          * that ended by itself and left nothing hands its cgroup, never
          * signalled (pids.max untouched), to its session's next command. */
         bool ended_itself = x->phase == PH_RUN || x->phase == PH_LINGER;
-        if (!ended_itself)
+        if (!ended_itself) {
+            x->cg_signalled = true;
             (void)sl_cgroup_exec_signal(rt->cgroups, x->uid, x->cg_seq, SIGKILL);
-        bool kept = ended_itself && !x->signal_sent && x->session && !session_broken &&
+        }
+        bool kept = ended_itself && !x->signal_sent && !x->cg_signalled && x->session &&
+                    !session_broken &&
                     sl_cgroup_exec_empty(rt->cgroups, x->uid, x->cg_seq) &&
                     rt_session_keep_cgroup(rt, x->session, x->cg_seq);
         if (!kept)

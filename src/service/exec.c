@@ -537,8 +537,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     if (admitted < 0 && !fenced && err &&
         (sl_error_is(err, SL_E_STALE_GENERATION) || sl_error_is(err, SL_E_SUSPENDED))) {
         /* The route moved on since this process placed the sandbox (a
-         * release, a suspend, a reassign elsewhere): the fence's answer is
-         * the one to give, which may be to forward to the new owner. */
+         * suspend, a release, a reassign elsewhere, which is a new
+         * generation): the fence's answer is the one to give. */
         struct sl_error fence_err = {0};
         if (svc_route_owner(svc, sandbox_id, req->generation, &fence_err) < 0)
             *err = fence_err;
@@ -555,6 +555,18 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
         }
         svc_exec_put(x);
         return -1;
+    }
+    if (admitted == SL_ADMIT_REPLAY && !fenced) {
+        /* A replay answers after the fence (§4.1 step 1 comes first), and
+         * admission answers a replay whatever the route's state: a sandbox
+         * still live here while its suspend or release is under way must
+         * get the fence's refusal, as it did before the route read was
+         * skipped. */
+        if (svc_route_owner(svc, sandbox_id, req->generation, err) < 0) {
+            sl_exec_record_clear(&existing);
+            svc_exec_put(x);
+            return -1;
+        }
     }
     if (admitted == SL_ADMIT_REPLAY) {
         /* §4.3: the stored record, at once, whatever this request says.

@@ -6,10 +6,14 @@
  * Why a stale entry is harmless: an owner never changes within a generation
  * (a move is a new generation, which misses here), and the owner fences
  * every forwarded request itself against the same database (§10.1), so the
- * answer it gives is the one the front's own fence would have given. What a
- * cached entry can hide for up to its second is an owner gone without
- * notice: its forward fails (503 WORKER_UNREACHABLE, the answer the registry
- * gives too until the owner's entry expires) and the entry is forgotten. */
+ * answer it gives is the one the front's own fence would have given. What an
+ * entry can hide for up to its second is an owner that is gone: a request
+ * then gets 503 SANDBOX_WORKER_UNREACHABLE (retry) where the fence would say
+ * STALE_SANDBOX_ROUTE at once for an owner that unregistered cleanly (one
+ * killed is in the registry until its entry expires, and answers 503 there
+ * too); a forward that gets no answer, or a 503, makes the front forget the
+ * sandbox. A request deciding while another forgets may put the entry back
+ * for its second: the same 503 again, never a wrong owner. */
 #ifndef SL_SERVICE_OWNER_CACHE_H
 #define SL_SERVICE_OWNER_CACHE_H
 
