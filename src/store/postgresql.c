@@ -46,6 +46,14 @@ static const struct sl_sql_dialect pg_dialect = {
 
 const struct sl_sql_dialect *sl_postgresql_dialect(void) { return &pg_dialect; }
 
+/* A write of query_at_commit: its statement and copies of its values. */
+#define PG_MAX_QUEUED 4
+struct pg_queued {
+    char name[16];
+    int nargs;
+    char *values[SL_SQL_MAX_ARGS];
+};
+
 struct pg_conn {
     struct sl_sql_conn pub; /* first: with the pool's bookkeeping */
     PGconn *pg;
@@ -55,6 +63,9 @@ struct pg_conn {
     /* A transaction begun but not sent yet: its BEGIN goes with the first
      * statement, in one round trip (pipeline mode). */
     bool begin_pending;
+    /* Writes queued to go with the next statement or the COMMIT. */
+    struct pg_queued queued[PG_MAX_QUEUED];
+    int nqueued;
 };
 
 struct pg_db {
@@ -67,6 +78,7 @@ struct pg_db {
 };
 
 static struct pg_conn *conn_of(struct sl_sql_conn *c) { return (struct pg_conn *)c; }
+static void queue_clear(struct pg_conn *c);
 static struct pg_db *db_of(struct sl_sql_db *d) { return (struct pg_db *)d; }
 
 /* The first line of libpq's text, for the operator (never a password:
@@ -145,6 +157,8 @@ static void pg_release(struct sl_sql_conn *pc)
     struct pg_conn *c = conn_of(pc);
     PQclear(c->res);
     c->res = NULL;
+    c->begin_pending = false;
+    queue_clear(c); /* a method that neither committed nor rolled back */
     /* A connection left inside a transaction (a bug, or a failed
      * rollback) is not handed to the next method. */
     if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
@@ -183,65 +197,111 @@ static PGresult *pipeline_result(PGconn *pg)
     return res;
 }
 
-/* BEGIN and the transaction's first statement in one round trip: both sent
- * in pipeline mode, then one sync. The statement's result is kept as a
- * query's; a failed BEGIN is the failure (the statement was not run). */
-static int begin_with(struct pg_conn *c, const char *name, int nargs, const char *const *values,
-                      struct sl_error *err)
+static void queue_clear(struct pg_conn *c)
 {
+    for (int q = 0; q < c->nqueued; q++)
+        for (int i = 0; i < c->queued[q].nargs; i++)
+            free(c->queued[q].values[i]);
+    c->nqueued = 0;
+}
+
+/* One statement of a pipeline: a prepared one and its values. */
+struct pg_item {
+    const char *name;
+    int nargs;
+    const char *const *values;
+};
+
+/* [BEGIN when pending], the items, [COMMIT], sent in pipeline mode with one
+ * sync: one round trip. The first failure is the outcome (what follows it
+ * was not run: PGRES_PIPELINE_ABORTED); otherwise the last result stays in
+ * c->res, as a query's. */
+static int pipeline(struct pg_conn *c, const struct pg_item *items, int n, bool commit,
+                    struct sl_error *err)
+{
+    bool begin = c->begin_pending;
     c->begin_pending = false;
     if (PQenterPipelineMode(c->pg) != 1) {
-        if (take_result(c, PQexec(c->pg, "BEGIN"), "BEGIN", err) < 0)
-            return -1;
-        return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0),
-                           "query", err);
+        /* Not idle (cannot happen between statements): one at a time. */
+        int rc = begin ? take_result(c, PQexec(c->pg, "BEGIN"), "BEGIN", err) : 0;
+        for (int k = 0; rc == 0 && k < n; k++)
+            rc = take_result(c,
+                             PQexecPrepared(c->pg, items[k].name, items[k].nargs,
+                                            items[k].values, NULL, NULL, 0),
+                             "query", err);
+        if (rc == 0 && commit)
+            rc = take_result(c, PQexec(c->pg, "COMMIT"), "COMMIT", err);
+        return rc;
     }
-    bool sent = PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1 &&
-                PQsendQueryPrepared(c->pg, name, nargs, values, NULL, NULL, 0) == 1 &&
-                PQpipelineSync(c->pg) == 1;
-    PGresult *begin = sent ? pipeline_result(c->pg) : NULL;
-    PGresult *stmt = sent ? pipeline_result(c->pg) : NULL;
-    PGresult *sync = sent ? PQgetResult(c->pg) : NULL;
+    bool sent = !begin || PQsendQueryParams(c->pg, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    for (int k = 0; sent && k < n; k++)
+        sent = PQsendQueryPrepared(c->pg, items[k].name, items[k].nargs, items[k].values, NULL,
+                                   NULL, 0) == 1;
+    if (sent && commit)
+        sent = PQsendQueryParams(c->pg, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) == 1;
+    sent = sent && PQpipelineSync(c->pg) == 1;
+    int total = (begin ? 1 : 0) + n + (commit ? 1 : 0);
+    PGresult *failed = NULL, *last = NULL;
+    const char *failed_what = "query";
+    bool lost = !sent;
+    for (int k = 0; !lost && k < total; k++) {
+        PGresult *r = pipeline_result(c->pg);
+        if (!r) {
+            lost = true; /* the connection went: no result at all */
+            break;
+        }
+        ExecStatusType st = PQresultStatus(r);
+        if (!failed && st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+            failed = r;
+            failed_what = begin && k == 0 ? "BEGIN" : commit && k == total - 1 ? "COMMIT" : "query";
+        } else if (!failed && k == total - 1) {
+            last = r;
+        } else {
+            PQclear(r);
+        }
+    }
+    PGresult *sync = lost ? NULL : PQgetResult(c->pg);
     bool synced = sync && PQresultStatus(sync) == PGRES_PIPELINE_SYNC;
     PQclear(sync);
     if (!synced || PQexitPipelineMode(c->pg) != 1)
         c->pub.broken = true; /* results out of step: never reuse this connection */
-    if (!begin || PQresultStatus(begin) != PGRES_COMMAND_OK) {
-        PQclear(stmt);
-        return take_result(c, begin, "BEGIN", err);
-    }
-    PQclear(begin);
-    return take_result(c, stmt, "query", err);
+    if (failed || lost)
+        return take_result(c, failed, failed_what, err); /* NULL: the connection's error */
+    return take_result(c, last, commit ? "COMMIT" : "query", err);
 }
 
-static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
-                    const struct sl_sql_arg *args, int nargs, struct sl_error *err)
+/* Prepared once per connection, as "sl<id>". */
+static int prepare_once(struct pg_conn *c, int id, const struct sl_sql_text *text, int nargs,
+                        struct sl_error *err)
 {
-    struct pg_conn *c = conn_of(pc);
+    if (c->prepared[id])
+        return 0;
     char name[16];
     snprintf(name, sizeof(name), "sl%d", id);
-    if (!c->prepared[id]) {
-        /* A parameter the text never names (route_cas binds the uid and
-         * created_at it does not write) has no type to infer: say text. */
-        Oid types[SL_SQL_MAX_ARGS] = {0};
-        for (int i = 0; i < nargs; i++) {
-            char ph[16];
-            int n = snprintf(ph, sizeof(ph), "$%d", i + 1);
-            const char *at = text->sql;
-            bool named = false;
-            while (!named && (at = strstr(at, ph)) != NULL) {
-                named = at[n] < '0' || at[n] > '9';
-                at += n;
-            }
-            types[i] = named ? 0 : 25; /* TEXTOID */
+    /* A parameter the text never names (route_cas binds the uid and
+     * created_at it does not write) has no type to infer: say text. */
+    Oid types[SL_SQL_MAX_ARGS] = {0};
+    for (int i = 0; i < nargs; i++) {
+        char ph[16];
+        int n = snprintf(ph, sizeof(ph), "$%d", i + 1);
+        const char *at = text->sql;
+        bool named = false;
+        while (!named && (at = strstr(at, ph)) != NULL) {
+            named = at[n] < '0' || at[n] > '9';
+            at += n;
         }
-        int rc = take_result(c, PQprepare(c->pg, name, text->sql, nargs, types), "prepare", err);
-        if (rc < 0)
-            return -1;
-        c->prepared[id] = true;
+        types[i] = named ? 0 : 25; /* TEXTOID */
     }
-    const char *values[SL_SQL_MAX_ARGS];
-    char ints[SL_SQL_MAX_ARGS][24];
+    if (take_result(c, PQprepare(c->pg, name, text->sql, nargs, types), "prepare", err) < 0)
+        return -1;
+    c->prepared[id] = true;
+    return 0;
+}
+
+/* The text form of each argument; ints[] holds the numbers'. */
+static void bind_values(const struct sl_sql_arg *args, int nargs,
+                        const char *values[SL_SQL_MAX_ARGS], char ints[SL_SQL_MAX_ARGS][24])
+{
     for (int i = 0; i < nargs; i++) {
         const struct sl_sql_arg *a = &args[i];
         switch (a->kind) {
@@ -261,10 +321,60 @@ static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *
             break;
         }
     }
-    if (c->begin_pending)
-        return begin_with(c, name, nargs, values, err);
-    return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0), "query",
-                       err);
+}
+
+static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
+                      const struct sl_sql_arg *args, int nargs, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (prepare_once(c, id, text, nargs, err) < 0)
+        return -1;
+    char name[16];
+    snprintf(name, sizeof(name), "sl%d", id);
+    const char *values[SL_SQL_MAX_ARGS];
+    char ints[SL_SQL_MAX_ARGS][24];
+    bind_values(args, nargs, values, ints);
+    if (!c->begin_pending && c->nqueued == 0)
+        return take_result(c, PQexecPrepared(c->pg, name, nargs, values, NULL, NULL, 0),
+                           "query", err);
+    /* A BEGIN or queued writes go first, in the same round trip. */
+    struct pg_item items[PG_MAX_QUEUED + 1];
+    int n = 0;
+    for (; n < c->nqueued; n++)
+        items[n] = (struct pg_item){c->queued[n].name, c->queued[n].nargs,
+                                    (const char *const *)c->queued[n].values};
+    items[n++] = (struct pg_item){name, nargs, values};
+    int rc = pipeline(c, items, n, false, err);
+    queue_clear(c);
+    return rc;
+}
+
+/* A write whose changed rows nobody reads: queued, sent with the COMMIT (or
+ * the next statement) in the same round trip; its failure is the commit's. */
+static int pg_query_at_commit(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
+                              const struct sl_sql_arg *args, int nargs, struct sl_error *err)
+{
+    struct pg_conn *c = conn_of(pc);
+    if (c->nqueued == PG_MAX_QUEUED)
+        return query_once(pc, id, text, args, nargs, err) < 0 ? -1 : 0;
+    if (prepare_once(c, id, text, nargs, err) < 0)
+        return -1;
+    const char *values[SL_SQL_MAX_ARGS];
+    char ints[SL_SQL_MAX_ARGS][24];
+    bind_values(args, nargs, values, ints);
+    struct pg_queued *q = &c->queued[c->nqueued];
+    snprintf(q->name, sizeof(q->name), "sl%d", id);
+    q->nargs = 0;
+    for (int i = 0; i < nargs; i++, q->nargs++) {
+        q->values[i] = values[i] ? strdup(values[i]) : NULL;
+        if (values[i] && !q->values[i]) {
+            c->nqueued++; /* freed with the rest */
+            queue_clear(c);
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        }
+    }
+    c->nqueued++;
+    return 0;
 }
 
 /* SQLSTATE of the last result, "" if none. */
@@ -353,12 +463,22 @@ static int pg_begin(struct sl_sql_conn *pc, struct sl_error *err)
 static int pg_commit(struct sl_sql_conn *pc, struct sl_error *err)
 {
     struct pg_conn *c = conn_of(pc);
-    if (c->begin_pending) {
+    if (c->begin_pending && c->nqueued == 0) {
         c->begin_pending = false; /* nothing was sent: nothing to commit */
         return 0;
     }
-    if (simple(c, "COMMIT", err) < 0)
+    if (c->nqueued > 0) {
+        struct pg_item items[PG_MAX_QUEUED];
+        for (int k = 0; k < c->nqueued; k++)
+            items[k] = (struct pg_item){c->queued[k].name, c->queued[k].nargs,
+                                        (const char *const *)c->queued[k].values};
+        int rc = pipeline(c, items, c->nqueued, true, err);
+        queue_clear(c);
+        if (rc < 0)
+            return -1;
+    } else if (simple(c, "COMMIT", err) < 0) {
         return -1;
+    }
     /* COMMIT of a transaction an error aborted answers ROLLBACK, not an
      * error. */
     if (strcmp(PQcmdStatus(c->res), "COMMIT") != 0)
@@ -370,6 +490,7 @@ static void pg_rollback(struct sl_sql_conn *pc)
 {
     struct pg_conn *c = conn_of(pc);
     c->begin_pending = false;
+    queue_clear(c);
     if (c->pg && PQtransactionStatus(c->pg) != PQTRANS_IDLE)
         (void)simple(c, "ROLLBACK", NULL);
 }
@@ -495,6 +616,7 @@ static const struct sl_sql_driver pg_driver = {
     .commit = pg_commit,
     .rollback = pg_rollback,
     .query = pg_query,
+    .query_at_commit = pg_query_at_commit,
     .next = pg_next,
     .changes = pg_changes,
     .col_null = pg_col_null,
