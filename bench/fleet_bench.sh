@@ -59,6 +59,13 @@ run() {
 auto="SANDBOX_DATABASE_AUTO_DDL=true"
 ROWS=" ${FLEET_BENCH_ROWS:-sqlite postgresql mariadb forwarded} "
 want() { [[ $ROWS == *" $1 "* ]]; }
+for r in $ROWS; do
+    case $r in
+    sqlite | postgresql | mariadb | forwarded) ;;
+    *) echo "fleet_bench.sh: FLEET_BENCH_ROWS: no row '$r' (sqlite postgresql mariadb forwarded)" >&2
+       exit 2 ;;
+    esac
+done
 want sqlite && run sqlite BENCH_DAEMON_ENV=""
 want postgresql && run postgresql BENCH_DATABASE_URL="$(pg_db direct)" BENCH_DAEMON_ENV="$auto"
 want mariadb && run mariadb BENCH_DATABASE_URL="$(my_db direct)" BENCH_DAEMON_ENV="$auto"

@@ -479,7 +479,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     *out = NULL;
     /* A sandbox live here at the request's generation skips the route read:
      * admission re-checks the route under its lock (below). */
-    bool fenced = svc_live_lookup(svc, sandbox_id, req->generation, NULL, NULL) < 0;
+    uid_t uid;
+    bool fenced = svc_live_lookup(svc, sandbox_id, req->generation, &uid, NULL) < 0;
     if (fenced && svc_route_owner(svc, sandbox_id, req->generation, err) < 0)
         return -1;
 
@@ -498,8 +499,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
                             set ? set : "{}");
     }
 
-    uid_t uid;
-    if (svc_live_lookup(svc, sandbox_id, req->generation, &uid, err) < 0)
+    /* After the fence: its refusal comes first (§4.1 step 1). */
+    if (fenced && svc_live_lookup(svc, sandbox_id, req->generation, &uid, err) < 0)
         return -1;
     if (atomic_load(&svc->shutting_down))
         return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "the worker is shutting down");

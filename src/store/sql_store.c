@@ -131,12 +131,12 @@ static const char *const stmt_sql[ST_COUNT] = {
                        "active_exec_id = COALESCE(active_exec_id, ?3), last_active_at = ?4, "
                        "updated_at = ?4 WHERE sandbox_id = ?1 AND generation = ?2 "
                        "AND status IN ('ASSIGNED', 'READY', 'RUNNING')",
-    /* Only a RUNNING route changes status: a route a release or suspend has
-     * claimed meanwhile must not be resurrected. A dormant route's
-     * last_active_at is its retention clock (FLEET.md §7.1) and stays. */
     /* API.md §4.1 step 6 in one statement (one round trip on a server):
      * active_exec_id becomes the earliest running execution left, and a
-     * RUNNING route with none becomes READY. */
+     * RUNNING route with none becomes READY. Only a RUNNING route changes
+     * status: a route a release or suspend has claimed meanwhile must not be
+     * resurrected. A dormant route's last_active_at is its retention clock
+     * (FLEET.md §7.1) and stays. */
     [ST_ROUTE_FINISH] = "UPDATE " ROUTE_TABLE " SET active_exec_id = (SELECT exec_id FROM "
                         EXEC_TABLE " WHERE sandbox_id = ?1 AND generation = ?2 "
                         "AND status = 'RUNNING' ORDER BY started_at IS NULL, started_at, "
