@@ -46,7 +46,7 @@ static const struct sl_sql_dialect pg_dialect = {
 
 const struct sl_sql_dialect *sl_postgresql_dialect(void) { return &pg_dialect; }
 
-/* A write of query_at_commit: its statement and copies of its values. */
+/* A statement of query_at_commit: its name and copies of its values. */
 #define PG_MAX_QUEUED 4
 struct pg_queued {
     char name[16];
@@ -349,8 +349,9 @@ static int query_once(struct sl_sql_conn *pc, int id, const struct sl_sql_text *
     return rc;
 }
 
-/* A write whose changed rows nobody reads: queued, sent with the COMMIT (or
- * the next statement) in the same round trip; its failure is the commit's. */
+/* A statement whose result nobody reads (a write, a row lock): queued, sent
+ * with the next statement or the COMMIT in the same round trip; its
+ * failure is theirs. */
 static int pg_query_at_commit(struct sl_sql_conn *pc, int id, const struct sl_sql_text *text,
                               const struct sl_sql_arg *args, int nargs, struct sl_error *err)
 {

@@ -130,9 +130,10 @@ struct sl_sql_driver {
      * parameters 1..nargs. 0, SL_SQL_CONFLICT or -1 (err filled). */
     int (*query)(struct sl_sql_conn *c, int id, const struct sl_sql_text *text,
                  const struct sl_sql_arg *args, int nargs, struct sl_error *err);
-    /* Optional: a write of the open transaction whose changed rows nobody
-     * reads, which may be sent with the COMMIT (or the next statement) in
-     * one round trip; its failure is then the commit's. NULL: the store runs
+    /* Optional: a statement of the open transaction whose result nobody
+     * reads (a write's changed rows, a row lock's row), which may be sent
+     * with the next statement or the COMMIT in one round trip; its failure
+     * is then theirs. NULL: the store runs
      * it with query(). 0 or -1 (err). */
     int (*query_at_commit)(struct sl_sql_conn *c, int id, const struct sl_sql_text *text,
                            const struct sl_sql_arg *args, int nargs, struct sl_error *err);

@@ -186,18 +186,23 @@ static const char *const stmt_sql[ST_COUNT] = {
                       " OR termination_reason = ?3)",
     [ST_EXEC_GET] = "SELECT " EXEC_COLUMNS " FROM " EXEC_TABLE
                     " WHERE sandbox_id = ?1 AND exec_id = ?2",
-    /* Admission's one read: the record of this exec_id (a replay, last
-     * column 1) and the generation's other running executions (the limit
-     * and the scopes). Two branches, so each uses its index (the primary
-     * key; sandbox_id + status): one WHERE with an OR read every record of
-     * the sandbox on SQLite. = and <> are the database's own comparison
-     * (MySQL's collation folds case), so a row is in exactly one. UNION ALL,
-     * never UNION: PostgreSQL cannot compare the json column. */
+    /* Admission's one read, after the route row is locked: the record of
+     * this exec_id (a replay, last column 1), the generation's other running
+     * executions (the limit and the scopes; 0) and the route's fence (its
+     * generation and status in those columns; 2). One branch each, so each
+     * uses its index (the primary keys; sandbox_id + status): one WHERE with
+     * an OR read every record of the sandbox on SQLite. = and <> are the
+     * database's own comparison (MySQL's collation folds case), so a record
+     * is in exactly one. UNION ALL, never UNION: PostgreSQL cannot compare
+     * the json column. */
     [ST_EXEC_ADMIT_READ] = "SELECT " EXEC_COLUMNS ", 1 FROM " EXEC_TABLE
                            " WHERE sandbox_id = ?1 AND exec_id = ?2 UNION ALL "
                            "SELECT " EXEC_COLUMNS ", 0 FROM " EXEC_TABLE
                            " WHERE sandbox_id = ?1 AND status = 'RUNNING' AND generation = ?3 "
-                           "AND exec_id <> ?2",
+                           "AND exec_id <> ?2 UNION ALL "
+                           "SELECT sandbox_id, NULL, generation, NULL, status, NULL, NULL, NULL, "
+                           "NULL, NULL, NULL, NULL, NULL, NULL, NULL, 2 FROM " ROUTE_TABLE
+                           " WHERE sandbox_id = ?1",
     [ST_EXEC_INSERT] = "INSERT INTO " EXEC_TABLE " (" EXEC_COLUMNS ") VALUES (?1, ?2, ?3, ?4, "
                        "'RUNNING', ?5, ?6, NULL, NULL, NULL, FALSE, ?7, NULL, ?7, NULL)",
     [ST_EXEC_FINISH] = "UPDATE " EXEC_TABLE " SET status = ?3, exit_code = ?4, stdout_text = ?5, "
@@ -537,9 +542,9 @@ static int64_t run(struct sql_store *st, struct sl_sql_conn *c, enum stmt_id id,
     return st->drv->changes(c);
 }
 
-/* A write whose changed rows do not matter, in a transaction: where the
- * driver can, it goes with the COMMIT in one round trip (PostgreSQL). 0 or
- * -1. */
+/* A statement whose result does not matter (a write's changed rows, a row
+ * lock's row), in a transaction: where the driver can, it goes with the
+ * next statement or the COMMIT in one round trip (PostgreSQL). 0 or -1. */
 static int run_at_commit(struct sql_store *st, struct sl_sql_conn *c, enum stmt_id id,
                          const struct args *a, struct sl_error *err)
 {
@@ -1441,46 +1446,41 @@ static int sql_route_uids_of_worker(struct sl_store *s, const char *worker_id, i
     return (int)n;
 }
 
-/* Lock the route row for the rest of the transaction and read its fence:
- * 1 found (*generation, status[]), 0 absent, -1. */
-static int lock_route(struct sql_store *st, struct sl_sql_conn *c, const char *sandbox_id,
-                      int64_t *generation, char *status, size_t size, struct sl_error *err)
+/* Lock the route row for the rest of the transaction without reading it
+ * here. The lock is a statement nobody reads the result of, so on
+ * PostgreSQL it travels with the next one (one round trip); SQLite's write
+ * transaction already holds the whole database. */
+static int lock_route_row(struct sql_store *st, struct sl_sql_conn *c, const char *sandbox_id,
+                          struct sl_error *err)
 {
+    if (!*st->db->dialect->for_update)
+        return 0;
     struct args a;
     args_init(&a, &st->pub);
     arg_text(&a, 1, sandbox_id);
-    if (query(st, c, ST_ROUTE_LOCK, &a, err) < 0)
-        return -1;
-    int r = next(st, c, err);
-    if (r <= 0)
-        return r;
-    struct reader rd = reader_of(st, c);
-    *generation = read_int64(&rd, 0, 0);
-    read_word_trunc(&rd, 1, status, size);
-    return reader_done(&rd, ROUTE_TABLE, err) < 0 ? -1 : 1;
+    return run_at_commit(st, c, ST_ROUTE_LOCK, &a, err) < 0 ? sl_error_wrap(err, "lock route")
+                                                           : 0;
 }
 
-/* Admission step 4.2: the route must be live at the request's generation. */
-static int admit_check_route(struct sql_store *st, struct sl_sql_conn *c,
-                             const struct sl_exec_record *rec, struct sl_error *err)
+/* Admission step 4.2 on the route's fence as admit_read found it: 0 when
+ * the route is live at the request's generation, else the refusal's code. */
+static const char *admit_fence(const struct sl_exec_record *rec, bool found, int64_t generation,
+                               const char *status)
 {
-    int64_t generation = 0;
-    char status[33] = "";
-    int r = lock_route(st, c, rec->sandbox_id, &generation, status, sizeof(status), err);
-    if (r < 0)
-        return -1;
-    if (r == 0)
-        return refuse(err, SL_E_STALE_GENERATION);
+    if (!found)
+        return SL_E_STALE_GENERATION;
     if (generation == rec->generation && status_in(status, dormant_statuses))
-        return refuse(err, SL_E_SUSPENDED);
+        return SL_E_SUSPENDED;
     if (generation != rec->generation || !status_in(status, live_statuses))
-        return refuse(err, SL_E_STALE_GENERATION);
-    return 0;
+        return SL_E_STALE_GENERATION;
+    return NULL;
 }
 
-/* Admission steps 4.1, 4.3 and 4.4 from one read: SL_ADMIT_REPLAY with
- * *existing filled when the exec_id is known; else the parallel limit
- * first, then scopes (0, or -1 refused). */
+/* Admission steps 4.1 to 4.4 from one read, with the route row locked:
+ * SL_ADMIT_REPLAY with *existing filled when the exec_id is known (a replay
+ * answers whatever the route's state now: step 4.1 comes before the
+ * fence); else the fence, then the parallel limit, then scopes (0, or -1
+ * refused). */
 static int admit_read(struct sql_store *st, struct sl_sql_conn *c,
                       const struct sl_exec_record *rec, const char *want_scope,
                       int64_t max_parallel, struct sl_exec_record *existing,
@@ -1493,20 +1493,32 @@ static int admit_read(struct sql_store *st, struct sl_sql_conn *c,
     arg_int(&a, 3, rec->generation);
     if (query(st, c, ST_EXEC_ADMIT_READ, &a, err) < 0)
         return -1;
-    int64_t running = 0;
-    bool conflict = false, replay = false;
+    int64_t running = 0, generation = 0;
+    char status[33] = "";
+    bool conflict = false, replay = false, route = false;
     int r;
     while ((r = next(st, c, err)) == 1) {
         struct reader rd = reader_of(st, c);
-        if (read_int64(&rd, 15, 0) == 1) {
-            if (exec_read(st, c, existing, err) < 0)
-                return -1;
+        int64_t branch = read_int64(&rd, 15, 0);
+        if (branch == 2) {
+            route = true;
+            generation = read_int64(&rd, 2, 0);
+            read_word_trunc(&rd, 4, status, sizeof(status));
+            if (reader_done(&rd, ROUTE_TABLE, err) < 0) {
+                r = -1;
+                break;
+            }
+        } else if (branch == 1) {
+            if (exec_read(st, c, existing, err) < 0) {
+                r = -1;
+                break;
+            }
             replay = true;
-            continue;
+        } else {
+            running++;
+            if (!conflict)
+                conflict = scope_conflicts(want_scope, col(&rd, 6, NULL), col(&rd, 5, NULL));
         }
-        running++;
-        if (!conflict)
-            conflict = scope_conflicts(want_scope, col(&rd, 6, NULL), col(&rd, 5, NULL));
     }
     if (r < 0) {
         if (replay)
@@ -1515,6 +1527,9 @@ static int admit_read(struct sql_store *st, struct sl_sql_conn *c,
     }
     if (replay)
         return SL_ADMIT_REPLAY;
+    const char *refused = admit_fence(rec, route, generation, status);
+    if (refused)
+        return refuse(err, refused);
     if (running >= max_parallel)
         return refuse(err, SL_E_PARALLEL_EXEC_LIMIT);
     if (conflict)
@@ -1563,16 +1578,8 @@ static int admit_locked(struct sql_store *st, struct sl_sql_conn *c,
 {
     /* The route first: its row lock orders this admission against every
      * other write to the sandbox, replays included. */
-    if (admit_check_route(st, c, rec, err) < 0) {
-        /* A replay answers whatever the route's state now (API.md §4.1
-         * step 4.1 comes before the fence). */
-        struct sl_error ignored = {0};
-        int found = exec_lookup(st, c, rec->sandbox_id, rec->exec_id, existing, &ignored);
-        if (found != 1)
-            return -1;
-        sl_error_clear(err);
-        return SL_ADMIT_REPLAY;
-    }
+    if (lock_route_row(st, c, rec->sandbox_id, err) < 0)
+        return -1;
     /* An empty scope is no scope: the column's NULL means unscoped. */
     const char *scope = rec->exec_scope && *rec->exec_scope ? rec->exec_scope : NULL;
     int found = admit_read(st, c, rec, scope, max_parallel, existing, err);
@@ -1648,10 +1655,7 @@ static int route_after_exec_locked(struct sql_store *st, struct sl_sql_conn *c,
 static int finish_locked(struct sql_store *st, struct sl_sql_conn *c,
                          const struct sl_exec_record *rec, int64_t now, struct sl_error *err)
 {
-    int64_t generation;
-    char status[33];
-    if (lock_route(st, c, rec->sandbox_id, &generation, status, sizeof(status), err) < 0 ||
-        finish_record(st, c, rec, now, err) < 0)
+    if (lock_route_row(st, c, rec->sandbox_id, err) < 0 || finish_record(st, c, rec, now, err) < 0)
         return -1;
     return route_after_exec_locked(st, c, rec, now, err);
 }
@@ -1669,9 +1673,7 @@ static int sql_exec_finish(struct sl_store *s, const struct sl_exec_record *rec,
 static int withdraw_locked(struct sql_store *st, struct sl_sql_conn *c,
                            const struct sl_exec_record *rec, int64_t now, struct sl_error *err)
 {
-    int64_t generation;
-    char status[33];
-    if (lock_route(st, c, rec->sandbox_id, &generation, status, sizeof(status), err) < 0)
+    if (lock_route_row(st, c, rec->sandbox_id, err) < 0)
         return -1;
     struct args a;
     args_init(&a, &st->pub);
