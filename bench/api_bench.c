@@ -3,6 +3,9 @@
  *
  *   baseline A    fork+exec of /bin/true, serial
  *   baseline B    fork+exec of /bin/true from --clients parallel workers
+ *   HTTP floor    GET /health, serial: what any request through the daemon
+ *                 costs (the connection's bytes, MHD, the hand-off to a
+ *                 handler thread and back) before it does anything
  *   serial        POST .../exec of /bin/true, one at a time, warm sandbox
  *   unscoped      --clients clients over --sandboxes sandboxes, no exec_scope
  *   scoped        the same, each command with an exec_scope of its own
@@ -10,7 +13,8 @@
  *   new N-way     the same from --clients clients
  *
  * Each row is cut into --rounds slices and the slices of all rows take turns
- * (baseline A and the serial row alternate command by command), so machine
+ * (baseline A, the serial row and the HTTP floor alternate request by
+ * request), so machine
  * noise hits every row alike. Latencies are per request (CLOCK_MONOTONIC);
  * throughput is completed operations over the row's wall time.
  *
@@ -89,6 +93,7 @@ enum row_id {
     ROW_BASE_A,
     ROW_BASE_B,
     ROW_SERIAL,
+    ROW_FLOOR,
     ROW_UNSCOPED,
     ROW_SCOPED,
     ROW_NEW_SERIAL,
@@ -458,6 +463,24 @@ static int64_t time_fork_exec(void)
     return now_ns() - t;
 }
 
+/* One GET /health over the main connection: its latency, or -1 (noted as
+ * a failure) when the answer is not 200 "ok". */
+static int64_t time_health(void)
+{
+    struct http_resp r;
+    int64_t t = now_ns();
+    if (http_request(bench.main_conn, "GET", "/health", NULL, &r) < 0) {
+        note_failure("GET /health", NULL, "no HTTP answer");
+        return -1;
+    }
+    int64_t lat = now_ns() - t;
+    if (r.status != 200 || strcmp(r.body, "ok") != 0) {
+        note_failure("GET /health", &r, NULL);
+        return -1;
+    }
+    return lat;
+}
+
 static struct sandbox *idle_take(void)
 {
     pthread_mutex_lock(&bench.idle_lock);
@@ -753,7 +776,7 @@ static void setup(void)
         exit(2);
     }
     for (int i = 0; i < ROW_COUNT; i++) {
-        int cap = i == ROW_BASE_A || i == ROW_SERIAL             ? bench.serial
+        int cap = i == ROW_BASE_A || i == ROW_SERIAL || i == ROW_FLOOR ? bench.serial
                   : i == ROW_NEW_SERIAL || i == ROW_NEW_PARALLEL ? bench.fresh
                                                                  : bench.commands;
         rows[i].lat = calloc((size_t)cap, sizeof(int64_t));
@@ -931,6 +954,7 @@ int main(int argc, char **argv)
     snprintf(rows[ROW_BASE_B].name, sizeof(rows[0].name),
              "baseline B: fork+exec /bin/true, %d workers", bench.clients);
     snprintf(rows[ROW_SERIAL].name, sizeof(rows[0].name), "HTTP exec /bin/true, serial, warm");
+    snprintf(rows[ROW_FLOOR].name, sizeof(rows[0].name), "HTTP floor: GET /health, serial");
     snprintf(rows[ROW_UNSCOPED].name, sizeof(rows[0].name),
              "HTTP exec, %d clients / %d sandboxes, unscoped", bench.clients, bench.nsandboxes);
     snprintf(rows[ROW_SCOPED].name, sizeof(rows[0].name),
@@ -965,6 +989,13 @@ int main(int argc, char **argv)
             } else {
                 row_add(&rows[ROW_SERIAL], lat);
                 rows[ROW_SERIAL].wall_ns += lat;
+            }
+            lat = time_health();
+            if (lat < 0) {
+                rows[ROW_FLOOR].failures++;
+            } else {
+                row_add(&rows[ROW_FLOOR], lat);
+                rows[ROW_FLOOR].wall_ns += lat;
             }
         }
         run_parallel(&rows[ROW_BASE_B], JOB_FORK, ncommands);
