@@ -21,6 +21,8 @@ static const struct code_status TABLE[] = {
      "the template's source_path is not a directory inside the sandbox: make it (for example "
      "under /envs) before publishing"},
     {SL_E_UNAUTHORIZED, 401, "internal service authentication failed"},
+    {SL_E_TENANT_FORBIDDEN, 403,
+     "this route is the operator's (the internal token): a tenant's API key cannot call it"},
     {SL_E_SANDBOX_NOT_FOUND, 404,
      "no such sandbox: resolve it first (POST /api/v1/sandboxes/resolve)"},
     {SL_E_EXEC_NOT_FOUND, 404, "no execution with this exec_id in this sandbox"},

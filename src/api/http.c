@@ -93,6 +93,7 @@ struct conn_state {
     char message[256];
     char log_detail[256];
     struct conn_state *penalty_next;
+    struct sl_principal principal; /* decided in on_request, before the route runs */
 };
 
 /* The deferred answer handle of api/http.h is the connection state. */
@@ -173,16 +174,24 @@ static enum MHD_Result queue_mcp_unauthorized(struct conn_state *st,
     return queue(st, conn, &resp);
 }
 
-static bool authorized(struct sl_http *http, struct MHD_Connection *conn)
+/* The one authentication decision of a request: who its credential says
+ * it is, into *who. False when the credential is missing or not accepted
+ * (the caller answers 401). */
+static bool authenticate(struct sl_http *http, struct MHD_Connection *conn,
+                         struct sl_principal *who)
 {
     const char *value = NULL;
     size_t len = 0;
+    *who = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
     if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
                                       strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
                                       &len) != MHD_YES ||
         !value)
         return false;
-    return sl_consttime_equal(value, len, http->expected_auth, http->expected_len);
+    if (!sl_consttime_equal(value, len, http->expected_auth, http->expected_len))
+        return false;
+    who->kind = SL_PRINCIPAL_OPERATOR;
+    return true;
 }
 
 
@@ -525,6 +534,11 @@ static void note_unknown_fields(struct conn_state *st, const json_t *body)
 static void run_handler(void *arg)
 {
     struct conn_state *st = arg;
+    /* A tenant key reaches only the routes that keep to its tenant. */
+    if (st->principal.kind == SL_PRINCIPAL_TENANT && !st->route->tenant) {
+        answer_error(st, SL_E_TENANT_FORBIDDEN, NULL);
+        return;
+    }
     /* GET /internal/v1/health is the protocol's one route with no fence. */
     if (st->route->internal && strcmp(st->route->pattern, "/internal/v1/health") != 0 &&
         !internal_fence(st))
@@ -563,6 +577,7 @@ static void run_handler(void *arg)
         .raw_body = st->route->body ? NULL : st->body.data,
         .raw_len = st->route->body ? 0 : st->body.len,
         .http_state = st,
+        .principal = &st->principal,
     };
     memcpy(req.params, st->params, sizeof(req.params));
     struct sl_response resp = {.status = 500, .content_type = "application/json"};
@@ -722,7 +737,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         bool needs_auth = m == SL_MATCH_OK ? st->route->auth : sl_router_path_protected(url);
         /* Authentication comes first: an unauthenticated client learns
          * nothing about which paths exist and no body is parsed for it. */
-        if (needs_auth && !authorized(http, conn))
+        if (needs_auth && !authenticate(http, conn, &st->principal))
             return refuse_unauthorized(st, conn, url);
         if (m == SL_MATCH_NONE) {
             st->phase = PH_DONE;

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "common/error.h"
+#include "service/principal.h"
 #include <stddef.h>
 
 #define SL_ROUTE_MAX_PARAMS 4
@@ -27,6 +28,9 @@ struct sl_request {
     size_t raw_len;
     void *http_state; /* api/http.c's; see sl_request_defer */
     bool deferred;    /* set by sl_request_defer */
+    /* Who the request acts as (decided before the handler runs; kind NONE
+     * on a route without auth). Valid for the handler's duration. */
+    const struct sl_principal *principal;
 };
 
 struct sl_response {
@@ -82,6 +86,10 @@ struct sl_route_def {
      * OpenAPI document: not a client surface. */
     bool internal;
     bool internal_generation;
+    /* A tenant's API key may call it (the handler keeps to the tenant's
+     * own). Every other route with auth takes the internal token only: a
+     * tenant key there answers 403 before the handler runs. */
+    bool tenant;
 };
 
 /* Bodies of small requests (resolve, connect, mkdir ...) stay small. */

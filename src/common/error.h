@@ -22,6 +22,7 @@
 #define SL_E_ID_RESERVED "SANDBOX_ID_RESERVED"             /* 400, ours: an id that is a route name */
 #define SL_E_INVALID_REQUEST "SANDBOX_INVALID_REQUEST"     /* 422 */
 #define SL_E_UNAUTHORIZED "SANDBOX_UNAUTHORIZED"           /* 401 */
+#define SL_E_TENANT_FORBIDDEN "TENANT_FORBIDDEN"           /* 403, ours: operator route, tenant key */
 #define SL_E_NOT_FOUND "NOT_FOUND"                         /* 404 unknown path */
 #define SL_E_METHOD_NOT_ALLOWED "METHOD_NOT_ALLOWED"       /* 405 */
 #define SL_E_TOO_LARGE "SANDBOX_REQUEST_TOO_LARGE"         /* 413 */

@@ -1,0 +1,37 @@
+/* Who a request acts as, decided once from its credential (api/http.c)
+ * before anything else is read, and carried to every handler.
+ *
+ * The operator holds the internal token (SANDBOX_INTERNAL_TOKEN) and may do
+ * everything, as every caller could before tenants existed. A tenant holds
+ * one of its API keys (service/tenants.h): its identity comes from the key,
+ * never from a request field. Routes say which principals they take
+ * (struct sl_route_def.tenant); a tenant key on any other route is refused
+ * before its handler runs. */
+#ifndef SL_SERVICE_PRINCIPAL_H
+#define SL_SERVICE_PRINCIPAL_H
+
+#include <stdbool.h>
+
+/* tenant_id: 1-64 characters of [a-z0-9-] (service/tenants.h). */
+#define SL_TENANT_ID_MAX 64
+/* key_id: "sl" and 12 lowercase hex digits (service/api_keys.h). */
+#define SL_KEY_ID_MAX 16
+
+enum sl_principal_kind {
+    SL_PRINCIPAL_NONE,     /* no credential checked (public routes) */
+    SL_PRINCIPAL_OPERATOR, /* the internal token */
+    SL_PRINCIPAL_TENANT,   /* a tenant's API key */
+};
+
+struct sl_principal {
+    enum sl_principal_kind kind;
+    char tenant_id[SL_TENANT_ID_MAX + 1]; /* SL_PRINCIPAL_TENANT only */
+    char key_id[SL_KEY_ID_MAX + 1];       /* SL_PRINCIPAL_TENANT only */
+};
+
+static inline bool sl_principal_is_operator(const struct sl_principal *p)
+{
+    return p && p->kind == SL_PRINCIPAL_OPERATOR;
+}
+
+#endif
