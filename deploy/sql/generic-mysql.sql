@@ -70,3 +70,25 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_exec (
     INDEX idx_agent_sandbox_exec_status (sandbox_id, status)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_tenant (
+    tenant_id VARCHAR(64) NOT NULL,
+    quotas_json JSON,
+    created_by VARCHAR(255),
+    created_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (tenant_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+
+CREATE TABLE IF NOT EXISTS agent_sandbox_api_key (
+    key_id VARCHAR(16) NOT NULL,
+    tenant_id VARCHAR(64) NOT NULL,
+    name VARCHAR(128) NOT NULL,
+    secret_sha256 VARCHAR(64) NOT NULL,
+    created_by VARCHAR(255),
+    created_at DATETIME(6) NOT NULL,
+    expires_at DATETIME(6),
+    revoked_at DATETIME(6),
+    PRIMARY KEY (key_id),
+    INDEX idx_agent_sandbox_api_key_tenant (tenant_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+

@@ -66,7 +66,29 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_exec (
     PRIMARY KEY (sandbox_id, exec_id)
 );
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_tenant (
+    tenant_id VARCHAR(64) NOT NULL,
+    quotas_json JSON,
+    created_by VARCHAR(255),
+    created_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (tenant_id)
+);
+
+CREATE TABLE IF NOT EXISTS agent_sandbox_api_key (
+    key_id VARCHAR(16) NOT NULL,
+    tenant_id VARCHAR(64) NOT NULL,
+    name VARCHAR(128) NOT NULL,
+    secret_sha256 VARCHAR(64) NOT NULL,
+    created_by VARCHAR(255),
+    created_at TIMESTAMP NOT NULL,
+    expires_at TIMESTAMP,
+    revoked_at TIMESTAMP,
+    PRIMARY KEY (key_id)
+);
+
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_worker_heartbeat ON agent_sandbox_worker (status, heartbeat_at);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_scope ON agent_sandbox_route (workspace_scope_id);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_worker ON agent_sandbox_route (worker_id, status);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_exec_status ON agent_sandbox_exec (sandbox_id, status);
+CREATE INDEX IF NOT EXISTS idx_agent_sandbox_api_key_tenant ON agent_sandbox_api_key (tenant_id);

@@ -77,6 +77,29 @@ static const struct sl_schema_column exec_columns[] = {
     ADDITIVE_STR_NULL("termination_reason", 32),
 };
 
+/* Tenants (issue 14): quotas_json is the operator's object of limits
+ * (service/tenants.h), NULL when none is set. */
+static const struct sl_schema_column tenant_columns[] = {
+    STR("tenant_id", 64),
+    COL_NULL("quotas_json", SL_SCHEMA_JSON),
+    STR_NULL("created_by", 255),
+    COL("created_at", SL_SCHEMA_DATETIME),
+    COL("updated_at", SL_SCHEMA_DATETIME),
+};
+
+/* A tenant's API keys: only the SHA-256 of the secret is kept (the key is
+ * shown once, at creation); revoked_at and expires_at NULL = never. */
+static const struct sl_schema_column api_key_columns[] = {
+    STR("key_id", 16),
+    STR("tenant_id", 64),
+    STR("name", 128),
+    STR("secret_sha256", 64),
+    STR_NULL("created_by", 255),
+    COL("created_at", SL_SCHEMA_DATETIME),
+    COL_NULL("expires_at", SL_SCHEMA_DATETIME),
+    COL_NULL("revoked_at", SL_SCHEMA_DATETIME),
+};
+
 const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
     [SL_SCHEMA_WORKER] = {"agent_sandbox_worker", worker_columns, SL_ARRAY_LEN(worker_columns),
                           "worker_id", NULL, NULL},
@@ -84,6 +107,10 @@ const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
                          "sandbox_id", "uniq_agent_sandbox_uid", "sandbox_uid"},
     [SL_SCHEMA_EXEC] = {"agent_sandbox_exec", exec_columns, SL_ARRAY_LEN(exec_columns),
                         "sandbox_id, exec_id", NULL, NULL},
+    [SL_SCHEMA_TENANT] = {"agent_sandbox_tenant", tenant_columns, SL_ARRAY_LEN(tenant_columns),
+                          "tenant_id", NULL, NULL, true},
+    [SL_SCHEMA_API_KEY] = {"agent_sandbox_api_key", api_key_columns,
+                           SL_ARRAY_LEN(api_key_columns), "key_id", NULL, NULL, true},
 };
 
 const struct sl_schema_index sl_schema_indexes[] = {
@@ -91,6 +118,7 @@ const struct sl_schema_index sl_schema_indexes[] = {
     {"idx_agent_sandbox_route_scope", "agent_sandbox_route", "workspace_scope_id"},
     {"idx_agent_sandbox_route_worker", "agent_sandbox_route", "worker_id, status"},
     {"idx_agent_sandbox_exec_status", "agent_sandbox_exec", "sandbox_id, status"},
+    {"idx_agent_sandbox_api_key_tenant", "agent_sandbox_api_key", "tenant_id"},
 };
 const size_t sl_schema_nindexes = SL_ARRAY_LEN(sl_schema_indexes);
 
@@ -223,6 +251,8 @@ int sl_schema_compare(const struct sl_strlist live[SL_SCHEMA_NTABLES], struct sl
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++) {
         const struct sl_schema_table *table = &sl_schema_tables[t];
         const struct sl_strlist *cols = &live[t];
+        if (cols->len == 0 && table->optional)
+            continue;
         if (cols->len == 0) {
             if (sl_strlist_push(missing, table->name) < 0)
                 return -1;
@@ -343,7 +373,7 @@ int sl_schema_check(const struct sl_strlist live[SL_SCHEMA_NTABLES], char **warn
     if (nmissing > 0) {
         bool none_exist = true;
         for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++)
-            if (live[t].len > 0)
+            if (live[t].len > 0 && !sl_schema_tables[t].optional)
                 none_exist = false;
         sl_error_set(err, SL_E_CONFIG, 0, "database schema is missing");
         if (err) {

@@ -1,6 +1,7 @@
 /* The metadata schema as data (spec/FLEET.md §2), shared by every store
- * backend: the three tables with their columns in spec order, their keys and
- * the named indexes. A backend renders its own DDL from these tables and
+ * backend: the reference's three tables with their columns in spec order,
+ * our two optional ones (tenants, API keys), their keys and the named
+ * indexes. A backend renders its own DDL from these tables and
  * checks a live database with sl_schema_check().
  *
  * Everything here is constant or pure: no database access, no module state. */
@@ -45,6 +46,12 @@ struct sl_schema_table {
     const char *primary_key;    /* column list, e.g. "sandbox_id, exec_id" */
     const char *unique_name;    /* named UNIQUE constraint, NULL if none */
     const char *unique_columns;
+    /* Ours, not the reference's (tenants and their keys): created by
+     * auto-DDL and by the deploy SQL like the others, but a database
+     * without it is accepted, since one the reference created has none;
+     * what it holds is then unavailable (struct sl_store.tenancy). Once it
+     * exists, its columns are checked like any table's. */
+    bool optional;
 };
 
 struct sl_schema_index {
@@ -57,6 +64,8 @@ enum sl_schema_table_id {
     SL_SCHEMA_WORKER, /* agent_sandbox_worker */
     SL_SCHEMA_ROUTE,  /* agent_sandbox_route */
     SL_SCHEMA_EXEC,   /* agent_sandbox_exec */
+    SL_SCHEMA_TENANT, /* agent_sandbox_tenant (ours, optional) */
+    SL_SCHEMA_API_KEY, /* agent_sandbox_api_key (ours, optional) */
     SL_SCHEMA_NTABLES
 };
 
@@ -77,7 +86,7 @@ size_t sl_schema_add_column_sql(const struct sl_schema_table *table,
 
 /* Compare live column names with the expected schema. live[i] holds the
  * column names found for sl_schema_tables[i]; an empty list means the table
- * does not exist. Appends "<table>" / "<table>.<column>" entries to *missing
+ * does not exist (which an optional table may: it is then not missing). Appends "<table>" / "<table>.<column>" entries to *missing
  * and "<table>.<column>" entries to *extra, in spec order (extras in live
  * order). Returns the number of missing entries, or -1 on allocation failure. */
 int sl_schema_compare(const struct sl_strlist live[SL_SCHEMA_NTABLES], struct sl_strlist *missing,

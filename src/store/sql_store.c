@@ -43,6 +43,14 @@
     "last_released_at, last_release_reason, last_released_by, last_lifetime_ms, "        \
     "lifecycle_count, total_lifetime_ms, lifecycle_history_json, created_at, updated_at"
 
+/* Ours (store/schema.c): tenants and their API keys. */
+#define TENANT_TABLE "agent_sandbox_tenant"
+#define TENANT_COLUMNS "tenant_id, quotas_json, created_by, created_at, updated_at"
+#define KEY_TABLE "agent_sandbox_api_key"
+#define KEY_COLUMNS                                                                  \
+    "key_id, tenant_id, name, secret_sha256, created_by, created_at, expires_at, " \
+    "revoked_at"
+
 /* FLEET.md §2.3 order, then our additive termination_reason (column 14). */
 #define EXEC_COLUMNS                                                                         \
     "sandbox_id, exec_id, generation, worker_id, status, command_json, exec_scope, exit_code, " \
@@ -90,6 +98,14 @@ enum stmt_id {
     ST_ROUTE_HISTOGRAM,
     ST_WORKER_LIST,
     ST_ROUTE_REAPABLE,
+    ST_TENANT_INSERT,
+    ST_TENANT_GET,
+    ST_TENANT_LIST,
+    ST_TENANT_SET_QUOTAS,
+    ST_KEY_INSERT,
+    ST_KEY_GET,
+    ST_KEY_LIST,
+    ST_KEY_REVOKE,
     ST_COUNT
 };
 _Static_assert(ST_COUNT <= SL_SQL_MAX_STMTS, "raise SL_SQL_MAX_STMTS");
@@ -247,6 +263,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_WORKER_INSERT] = "INSERT INTO " WORKER_TABLE " (worker_id, worker_epoch, endpoint, "
                          "status, capacity, running_sessions, profile_hash, heartbeat_at, "
                          "started_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?8)",
+    [ST_TENANT_INSERT] = "INSERT INTO " TENANT_TABLE " (" TENANT_COLUMNS ") "
+                         "VALUES (?1, ?2, ?3, ?4, ?4)",
+    [ST_TENANT_GET] = "SELECT " TENANT_COLUMNS " FROM " TENANT_TABLE " WHERE tenant_id = ?1",
+    [ST_TENANT_LIST] = "SELECT " TENANT_COLUMNS " FROM " TENANT_TABLE " ORDER BY tenant_id",
+    [ST_TENANT_SET_QUOTAS] = "UPDATE " TENANT_TABLE " SET quotas_json = ?2, updated_at = ?3 "
+                             "WHERE tenant_id = ?1",
+    [ST_KEY_INSERT] = "INSERT INTO " KEY_TABLE " (" KEY_COLUMNS ") "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, NULL)",
+    [ST_KEY_GET] = "SELECT " KEY_COLUMNS " FROM " KEY_TABLE " WHERE key_id = ?1",
+    [ST_KEY_LIST] = "SELECT " KEY_COLUMNS " FROM " KEY_TABLE " WHERE tenant_id = ?1 "
+                    "ORDER BY created_at, key_id",
+    [ST_KEY_REVOKE] = "UPDATE " KEY_TABLE " SET revoked_at = ?3 WHERE tenant_id = ?1 "
+                      "AND key_id = ?2 AND revoked_at IS NULL",
 };
 
 struct sql_store {
@@ -1032,6 +1061,7 @@ static int sql_prepare_schema(struct sl_store *s, bool auto_ddl, char **warnings
         rc = st->drv->table_columns(c, sl_schema_tables[t].name, &live[t], err);
     if (rc == 0)
         rc = sl_schema_check(live, warnings, err);
+    s->tenancy = rc == 0 && live[SL_SCHEMA_TENANT].len > 0 && live[SL_SCHEMA_API_KEY].len > 0;
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++)
         sl_strlist_free(&live[t]);
     return rc;
@@ -1913,6 +1943,228 @@ static int sql_worker_upsert(struct sl_store *s, const struct sl_worker_row *w,
     return r < 0 ? -1 : 0;
 }
 
+/* ---- tenants and their API keys (ours) ---- */
+
+static int tenant_read(struct sql_store *st, struct sl_sql_conn *c, struct sl_tenant *out,
+                       struct sl_error *err)
+{
+    struct reader rd = reader_of(st, c);
+    memset(out, 0, sizeof(*out));
+    read_word(&rd, 0, out->tenant_id, sizeof(out->tenant_id));
+    out->quotas_json = read_str(&rd, 1, true);
+    out->created_by = read_str(&rd, 2, true);
+    out->created_at = read_ts(&rd, 3);
+    out->updated_at = read_ts(&rd, 4);
+    if (reader_done(&rd, TENANT_TABLE, err) < 0) {
+        sl_tenant_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+static int sql_tenant_insert(struct sl_store *s, const struct sl_tenant *t, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, t->tenant_id);
+    arg_text(&a, 2, t->quotas_json);
+    arg_text(&a, 3, t->created_by);
+    arg_ts(&a, 4, t->created_at, false);
+    int rc = query(st, c, ST_TENANT_INSERT, &a, err);
+    if (rc == SL_SQL_CONFLICT) {
+        sl_error_clear(err);
+        return 0;
+    }
+    return rc < 0 ? sl_error_wrap(err, "insert tenant") : 1;
+}
+
+static int sql_tenant_get(struct sl_store *s, const char *tenant_id, struct sl_tenant *out,
+                          struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    memset(out, 0, sizeof(*out));
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, tenant_id);
+    if (query(st, c, ST_TENANT_GET, &a, err) < 0)
+        return -1;
+    int r = next(st, c, err);
+    if (r <= 0)
+        return r;
+    return tenant_read(st, c, out, err) < 0 ? -1 : 1;
+}
+
+static int sql_tenant_list(struct sl_store *s, struct sl_tenant **out, size_t *n,
+                           struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    if (query(st, c, ST_TENANT_LIST, &a, err) < 0)
+        return -1;
+    size_t cap = 0;
+    struct sl_tenant *v = NULL;
+    int r;
+    while ((r = next(st, c, err)) == 1) {
+        if (grow((void **)&v, &cap, *n, sizeof(*v), 8) < 0) {
+            r = oom(err);
+            break;
+        }
+        if ((r = tenant_read(st, c, &v[*n], err)) < 0)
+            break;
+        (*n)++;
+    }
+    if (r < 0) {
+        sl_tenants_free(v, *n);
+        *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int sql_tenant_set_quotas(struct sl_store *s, const char *tenant_id,
+                                 const char *quotas_json, int64_t now, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, tenant_id);
+    arg_text(&a, 2, quotas_json);
+    arg_ts(&a, 3, now, false);
+    int64_t changed = run(st, c, ST_TENANT_SET_QUOTAS, &a, err);
+    return changed < 0 ? sl_error_wrap(err, "update tenant") : changed > 0 ? 1 : 0;
+}
+
+static int key_read(struct sql_store *st, struct sl_sql_conn *c, struct sl_api_key *out,
+                    struct sl_error *err)
+{
+    struct reader rd = reader_of(st, c);
+    memset(out, 0, sizeof(*out));
+    read_word(&rd, 0, out->key_id, sizeof(out->key_id));
+    read_word(&rd, 1, out->tenant_id, sizeof(out->tenant_id));
+    read_word(&rd, 2, out->name, sizeof(out->name));
+    read_word(&rd, 3, out->secret_sha256, sizeof(out->secret_sha256));
+    out->created_by = read_str(&rd, 4, true);
+    out->created_at = read_ts(&rd, 5);
+    out->expires_at = read_ts(&rd, 6);
+    out->revoked_at = read_ts(&rd, 7);
+    if (reader_done(&rd, KEY_TABLE, err) < 0) {
+        sl_api_key_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+static int sql_api_key_insert(struct sl_store *s, const struct sl_api_key *k,
+                              struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, k->key_id);
+    arg_text(&a, 2, k->tenant_id);
+    arg_text(&a, 3, k->name);
+    arg_text(&a, 4, k->secret_sha256);
+    arg_text(&a, 5, k->created_by);
+    arg_ts(&a, 6, k->created_at, false);
+    arg_ts(&a, 7, k->expires_at, true);
+    int rc = query(st, c, ST_KEY_INSERT, &a, err);
+    if (rc == SL_SQL_CONFLICT) {
+        sl_error_clear(err);
+        return 0;
+    }
+    return rc < 0 ? sl_error_wrap(err, "insert api key") : 1;
+}
+
+static int sql_api_key_get(struct sl_store *s, const char *key_id, struct sl_api_key *out,
+                           struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    memset(out, 0, sizeof(*out));
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, key_id);
+    if (query(st, c, ST_KEY_GET, &a, err) < 0)
+        return -1;
+    int r = next(st, c, err);
+    if (r <= 0)
+        return r;
+    return key_read(st, c, out, err) < 0 ? -1 : 1;
+}
+
+static int sql_api_key_list(struct sl_store *s, const char *tenant_id, struct sl_api_key **out,
+                            size_t *n, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, tenant_id);
+    if (query(st, c, ST_KEY_LIST, &a, err) < 0)
+        return -1;
+    size_t cap = 0;
+    struct sl_api_key *v = NULL;
+    int r;
+    while ((r = next(st, c, err)) == 1) {
+        if (grow((void **)&v, &cap, *n, sizeof(*v), 8) < 0) {
+            r = oom(err);
+            break;
+        }
+        if ((r = key_read(st, c, &v[*n], err)) < 0)
+            break;
+        (*n)++;
+    }
+    if (r < 0) {
+        sl_api_keys_free(v, *n);
+        *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int sql_api_key_revoke(struct sl_store *s, const char *tenant_id, const char *key_id,
+                              int64_t now, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, tenant_id);
+    arg_text(&a, 2, key_id);
+    arg_ts(&a, 3, now, false);
+    int64_t changed = run(st, c, ST_KEY_REVOKE, &a, err);
+    return changed < 0 ? sl_error_wrap(err, "revoke api key") : changed > 0 ? 1 : 0;
+}
+
 /* ---- the store ---- */
 
 static bool sql_health(struct sl_store *s, char *why, size_t size)
@@ -1947,6 +2199,14 @@ static const struct sl_store_ops sql_ops = {
     .route_status_counts = sql_route_status_counts,
     .route_reapable = sql_route_reapable,
     .worker_list = sql_worker_list,
+    .tenant_insert = sql_tenant_insert,
+    .tenant_get = sql_tenant_get,
+    .tenant_list = sql_tenant_list,
+    .tenant_set_quotas = sql_tenant_set_quotas,
+    .api_key_insert = sql_api_key_insert,
+    .api_key_get = sql_api_key_get,
+    .api_key_list = sql_api_key_list,
+    .api_key_revoke = sql_api_key_revoke,
     .exec_finish = sql_exec_finish,
     .exec_withdraw = sql_exec_withdraw,
     .exec_prune = sql_exec_prune,

@@ -198,3 +198,34 @@ void sl_routes_free(struct sl_route *v, size_t n)
         sl_route_clear(&v[i]);
     free(v);
 }
+
+void sl_tenant_clear(struct sl_tenant *t)
+{
+    if (!t)
+        return;
+    free(t->quotas_json);
+    free(t->created_by);
+    memset(t, 0, sizeof(*t));
+}
+
+void sl_tenants_free(struct sl_tenant *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        sl_tenant_clear(&v[i]);
+    free(v);
+}
+
+void sl_api_key_clear(struct sl_api_key *k)
+{
+    if (!k)
+        return;
+    free(k->created_by);
+    memset(k, 0, sizeof(*k));
+}
+
+void sl_api_keys_free(struct sl_api_key *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        sl_api_key_clear(&v[i]);
+    free(v);
+}

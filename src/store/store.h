@@ -147,6 +147,32 @@ enum sl_admit_result {
     SL_ADMIT_REPLAY = 1,   /* a record (sandbox_id, exec_id) exists; returned in *existing */
 };
 
+/* A tenant (agent_sandbox_tenant, ours). */
+struct sl_tenant {
+    char tenant_id[65];
+    char *quotas_json; /* JSON object text; NULL = none set */
+    char *created_by;  /* NULL allowed */
+    int64_t created_at;
+    int64_t updated_at;
+};
+void sl_tenant_clear(struct sl_tenant *t);
+void sl_tenants_free(struct sl_tenant *v, size_t n);
+
+/* One of a tenant's API keys (agent_sandbox_api_key, ours): never the key
+ * itself, only the SHA-256 of its secret, in lowercase hex. */
+struct sl_api_key {
+    char key_id[17];
+    char tenant_id[65];
+    char name[129];
+    char secret_sha256[65];
+    char *created_by; /* NULL allowed */
+    int64_t created_at;
+    int64_t expires_at; /* 0 = never */
+    int64_t revoked_at; /* 0 = not revoked */
+};
+void sl_api_key_clear(struct sl_api_key *k);
+void sl_api_keys_free(struct sl_api_key *v, size_t n);
+
 struct sl_store;
 
 struct sl_store_ops {
@@ -265,6 +291,30 @@ struct sl_store_ops {
     /* Workers: upsert the heartbeat row (FLEET.md §2.1). */
     int (*worker_upsert)(struct sl_store *s, const struct sl_worker_row *w, struct sl_error *err);
 
+    /* Tenants (only when s->tenancy). insert: 1 inserted, 0 the tenant_id
+     * exists, -1. get: 1 found, 0 absent, -1. list: ordered by tenant_id,
+     * free with sl_tenants_free. set_quotas: quotas_json (NULL = none) and
+     * updated_at = now; 1 written, 0 no such tenant, -1. */
+    int (*tenant_insert)(struct sl_store *s, const struct sl_tenant *t, struct sl_error *err);
+    int (*tenant_get)(struct sl_store *s, const char *tenant_id, struct sl_tenant *out,
+                      struct sl_error *err);
+    int (*tenant_list)(struct sl_store *s, struct sl_tenant **out, size_t *n,
+                       struct sl_error *err);
+    int (*tenant_set_quotas)(struct sl_store *s, const char *tenant_id, const char *quotas_json,
+                             int64_t now, struct sl_error *err);
+    /* API keys. insert: 1 inserted, 0 the key_id is taken (the caller draws
+     * another), -1. get: 1 found, 0 absent, -1. list: a tenant's keys,
+     * oldest first, free with sl_api_keys_free. revoke: revoked_at = now on
+     * the tenant's key if not revoked yet; 1 revoked, 0 no such key or
+     * already revoked, -1. */
+    int (*api_key_insert)(struct sl_store *s, const struct sl_api_key *k, struct sl_error *err);
+    int (*api_key_get)(struct sl_store *s, const char *key_id, struct sl_api_key *out,
+                       struct sl_error *err);
+    int (*api_key_list)(struct sl_store *s, const char *tenant_id, struct sl_api_key **out,
+                        size_t *n, struct sl_error *err);
+    int (*api_key_revoke)(struct sl_store *s, const char *tenant_id, const char *key_id,
+                          int64_t now, struct sl_error *err);
+
     void (*close)(struct sl_store *s);
 };
 
@@ -272,6 +322,10 @@ struct sl_store {
     const struct sl_store_ops *ops;
     const char *backend; /* "sqlite", "postgresql", "mysql" */
     const char *database; /* file path or database name, for /healthz */
+    /* The tenant tables exist (set by prepare_schema, which creates them
+     * with auto-DDL): false on a database the reference made, where the
+     * tenant methods must not be called. */
+    bool tenancy;
 };
 
 /* Open the store configured in cfg. *warning (malloc'd, NULL if none) says

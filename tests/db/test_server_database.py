@@ -15,7 +15,10 @@ from sandloom_client import Sandbox, assert_error
 
 DEPLOY = REPO / "deploy" / "sql" / f"generic-{DB_KIND}.sql"
 SCHEMA_SQL = Path(os.environ.get("SANDLOOMD", REPO / "build" / "sandloomd")).parent / "schema-sql"
-TABLES = ("agent_sandbox_worker", "agent_sandbox_route", "agent_sandbox_exec")
+TABLES = ("agent_sandbox_worker", "agent_sandbox_route", "agent_sandbox_exec",
+          # ours (tenants and their keys), made by the same DDL
+          "agent_sandbox_tenant", "agent_sandbox_api_key")
+INDEXES = 5  # the reference's four and the API keys' tenant_id
 
 
 def fresh_database():
@@ -91,7 +94,7 @@ def test_deploy_sql_is_what_the_code_creates():
     for t in TABLES:
         assert columns(scripted, t) and columns(scripted, t) == columns(auto, t), t
     made = indexes(auto)
-    assert len([i for i in made if i[1].startswith("idx_agent_sandbox_")]) == 4, made
+    assert len([i for i in made if i[1].startswith("idx_agent_sandbox_")]) == INDEXES, made
     assert indexes(scripted) == made
 
 
@@ -167,7 +170,7 @@ def test_three_replicas_creating_the_schema_at_once_all_come_up(daemon_factory):
             d.wait_healthy()
         for t in TABLES:
             assert columns(name, t), t
-        assert len([i for i in indexes(name) if i[1].startswith("idx_agent_sandbox_")]) == 4
+        assert len([i for i in indexes(name) if i[1].startswith("idx_agent_sandbox_")]) == INDEXES
         # Each is a worker with its own heartbeat row.
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -69,11 +69,13 @@ static int fixture_new(void **state)
     snprintf(f->path, sizeof(f->path), "%s/data/meta/agent-sandbox.db", f->dir);
     if (g_pg_url && !g_mysql)
         raw_exec(f->path, "DROP TABLE IF EXISTS agent_sandbox_worker, agent_sandbox_route, "
-                          "agent_sandbox_exec, skip_once CASCADE;"
+                          "agent_sandbox_exec, agent_sandbox_tenant, agent_sandbox_api_key, "
+                          "skip_once CASCADE;"
                           "DROP FUNCTION IF EXISTS skip_update() CASCADE");
     if (g_mysql)
         raw_exec(f->path, "DROP TABLE IF EXISTS agent_sandbox_worker, agent_sandbox_route, "
-                          "agent_sandbox_exec, skip_once");
+                          "agent_sandbox_exec, agent_sandbox_tenant, agent_sandbox_api_key, "
+                          "skip_once");
     *state = f;
     return 0;
 }
@@ -425,8 +427,10 @@ static void test_schema_created(void **state)
                         "SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM "
                         "information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
                         "AND INDEX_NAME LIKE 'idx_%'"),
-               "idx_agent_sandbox_exec_status,idx_agent_sandbox_route_scope,"
-               "idx_agent_sandbox_route_worker,idx_agent_sandbox_worker_heartbeat");
+               "idx_agent_sandbox_api_key_tenant,idx_agent_sandbox_exec_status,"
+               "idx_agent_sandbox_route_scope,idx_agent_sandbox_route_worker,"
+               "idx_agent_sandbox_worker_heartbeat");
+    assert_true(f->store->tenancy);
     assert_raw(f->path,
                DIALECT("SELECT instr(sql, 'CONSTRAINT uniq_agent_sandbox_uid UNIQUE "
                        "(sandbox_uid)') > 0 FROM sqlite_master WHERE name = 'agent_sandbox_route'",
@@ -659,10 +663,12 @@ static void test_schema_additive_refused(void **state)
                "0");
     assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
 
-    /* The statement the help gives is the fix. */
+    /* The statement the help gives is the fix. The reference's database has
+     * no tenant tables: accepted, without tenancy. */
     raw_exec(f->path, ADD_REASON_SQL);
     assert_int_equal(f->store->ops->prepare_schema(f->store, false, &warnings, &err), 0);
     assert_null(warnings);
+    assert_false(f->store->tenancy);
 }
 
 /* With auto-DDL, the same database gets the column by ALTER TABLE and keeps
@@ -702,7 +708,8 @@ static void test_schema_additive_upgrade(void **state)
                         "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'idx_agent_sandbox_%'",
                         "SELECT count(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS "
                         "WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME LIKE 'idx_agent_sandbox_%'"),
-               "4");
+               "5"); /* the reference's four, and the tenant tables' one, made by auto-DDL */
+    assert_true(s->tenancy);
 
     /* The rows are kept, the old ones without a reason. */
     assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
@@ -1436,6 +1443,90 @@ static void test_exec_termination_reason(void **state)
 
 /* ---- workers ---- */
 
+/* Tenants and their API keys (ours): on every backend, with the same
+ * answers for a second insert, an unknown id and a second revocation. */
+static void test_tenants_and_keys(void **state)
+{
+    struct fixture *f = *state;
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    assert_true(s->tenancy);
+    struct sl_tenant t = {.tenant_id = "acme", .quotas_json = "{\"sandboxes\":3}",
+                          .created_by = "operator", .created_at = T0};
+    assert_int_equal(s->ops->tenant_insert(s, &t, &err), 1);
+    assert_int_equal(s->ops->tenant_insert(s, &t, &err), 0);
+    struct sl_tenant other = {.tenant_id = "beta", .created_at = T0 + 1};
+    assert_int_equal(s->ops->tenant_insert(s, &other, &err), 1);
+
+    struct sl_tenant got = {0};
+    assert_int_equal(s->ops->tenant_get(s, "acme", &got, &err), 1);
+    assert_string_equal(got.tenant_id, "acme");
+    assert_non_null(strstr(got.quotas_json, "\"sandboxes\""));
+    assert_string_equal(got.created_by, "operator");
+    assert_true(got.created_at == T0 && got.updated_at == T0);
+    sl_tenant_clear(&got);
+    assert_int_equal(s->ops->tenant_get(s, "nobody", &got, &err), 0);
+    assert_int_equal(s->ops->tenant_get(s, "beta", &got, &err), 1);
+    assert_null(got.quotas_json);
+    assert_null(got.created_by);
+    sl_tenant_clear(&got);
+
+    assert_int_equal(s->ops->tenant_set_quotas(s, "beta", "{\"running_sessions\":1}", T0 + 5, &err),
+                     1);
+    assert_int_equal(s->ops->tenant_set_quotas(s, "nobody", NULL, T0 + 5, &err), 0);
+    struct sl_tenant *list = NULL;
+    size_t n = 0;
+    assert_int_equal(s->ops->tenant_list(s, &list, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(list[0].tenant_id, "acme");
+    assert_string_equal(list[1].tenant_id, "beta");
+    assert_non_null(strstr(list[1].quotas_json, "running_sessions"));
+    assert_true(list[1].updated_at == T0 + 5);
+    sl_tenants_free(list, n);
+
+    struct sl_api_key k = {.key_id = "sl0123456789ab", .tenant_id = "acme", .name = "ci",
+                           .secret_sha256 = "aa11", .created_by = "operator",
+                           .created_at = T0, .expires_at = T0 + 3600 * 1000000LL};
+    assert_int_equal(s->ops->api_key_insert(s, &k, &err), 1);
+    assert_int_equal(s->ops->api_key_insert(s, &k, &err), 0); /* key_id taken */
+    struct sl_api_key k2 = {.key_id = "slffffffffffff", .tenant_id = "acme", .name = "laptop",
+                            .secret_sha256 = "bb22", .created_at = T0 + 2};
+    assert_int_equal(s->ops->api_key_insert(s, &k2, &err), 1);
+    struct sl_api_key k3 = {.key_id = "sl000000000001", .tenant_id = "beta", .name = "x",
+                            .secret_sha256 = "cc33", .created_at = T0 + 3};
+    assert_int_equal(s->ops->api_key_insert(s, &k3, &err), 1);
+
+    struct sl_api_key kg = {0};
+    assert_int_equal(s->ops->api_key_get(s, "sl0123456789ab", &kg, &err), 1);
+    assert_string_equal(kg.tenant_id, "acme");
+    assert_string_equal(kg.name, "ci");
+    assert_string_equal(kg.secret_sha256, "aa11");
+    assert_string_equal(kg.created_by, "operator");
+    assert_true(kg.expires_at == T0 + 3600 * 1000000LL);
+    assert_true(kg.revoked_at == 0);
+    sl_api_key_clear(&kg);
+    assert_int_equal(s->ops->api_key_get(s, "sl999999999999", &kg, &err), 0);
+
+    struct sl_api_key *keys = NULL;
+    assert_int_equal(s->ops->api_key_list(s, "acme", &keys, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(keys[0].key_id, "sl0123456789ab");
+    assert_string_equal(keys[1].key_id, "slffffffffffff");
+    assert_true(keys[1].expires_at == 0);
+    sl_api_keys_free(keys, n);
+
+    /* Revocation is the tenant's own key only, once. */
+    assert_int_equal(s->ops->api_key_revoke(s, "beta", "sl0123456789ab", T0 + 9, &err), 0);
+    assert_int_equal(s->ops->api_key_revoke(s, "acme", "sl0123456789ab", T0 + 9, &err), 1);
+    assert_int_equal(s->ops->api_key_revoke(s, "acme", "sl0123456789ab", T0 + 10, &err), 0);
+    assert_int_equal(s->ops->api_key_get(s, "sl0123456789ab", &kg, &err), 1);
+    assert_true(kg.revoked_at == T0 + 9);
+    sl_api_key_clear(&kg);
+    assert_int_equal(s->ops->api_key_get(s, "sl000000000001", &kg, &err), 1);
+    assert_true(kg.revoked_at == 0);
+    sl_api_key_clear(&kg);
+}
+
 static void test_worker_upsert(void **state)
 {
     struct fixture *f = *state;
@@ -1641,6 +1732,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exec_mark_running, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_exec_termination_reason, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_worker_upsert, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_tenants_and_keys, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_admission, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_store_open_dispatch, fixture_new, teardown),
     };
