@@ -6,6 +6,10 @@
  *   HTTP floor    GET /health, serial: what any request through the daemon
  *                 costs (the connection's bytes, MHD, the hand-off to a
  *                 handler thread and back) before it does anything
+ *   auth rows     GET of a path no route has (404 once authenticated),
+ *                 serial, with the internal token and with a tenant's API
+ *                 key made for the run: the difference is what checking a
+ *                 key costs (none when the daemon has no tenant tables)
  *   serial        POST .../exec of /bin/true, one at a time, warm sandbox
  *   unscoped      --clients clients over --sandboxes sandboxes, no exec_scope
  *   scoped        the same, each command with an exec_scope of its own
@@ -94,6 +98,8 @@ enum row_id {
     ROW_BASE_B,
     ROW_SERIAL,
     ROW_FLOOR,
+    ROW_AUTH_TOKEN,
+    ROW_AUTH_KEY,
     ROW_UNSCOPED,
     ROW_SCOPED,
     ROW_NEW_SERIAL,
@@ -128,6 +134,7 @@ static struct {
     char host[300]; /* Host header */
     char url[320];
     char token[512];
+    char tenant_key[128]; /* "" when the daemon has no tenancy */
     char tag[32]; /* prefix of every id this run creates */
     int commands, clients, nsandboxes, serial, fresh, rounds;
     int daemon_pid;  /* 0 = no memory phase */
@@ -303,15 +310,15 @@ static int http_exchange(struct http_conn *c, const char *req, size_t req_len, s
     return 0;
 }
 
-static int http_request(struct http_conn *c, const char *method, const char *path, const char *body,
-                        struct http_resp *r)
+static int http_request_as(struct http_conn *c, const char *method, const char *path,
+                           const char *body, const char *token, struct http_resp *r)
 {
     char req[REQ_MAX];
     size_t blen = body ? strlen(body) : 0;
     int n = snprintf(req, sizeof(req),
                      "%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     method, path, bench.host, bench.token, blen, body ? body : "");
+                     method, path, bench.host, token, blen, body ? body : "");
     if (n < 0 || (size_t)n >= sizeof(req))
         return -1;
     memset(r, 0, sizeof(*r));
@@ -330,6 +337,13 @@ static int http_request(struct http_conn *c, const char *method, const char *pat
     }
     return -1;
 }
+
+static int http_request(struct http_conn *c, const char *method, const char *path,
+                        const char *body, struct http_resp *r)
+{
+    return http_request_as(c, method, path, body, bench.token, r);
+}
+
 
 /* ---- the few JSON fields read back ----------------------------------------
  * The answers are flat objects whose strings are ids of ours or enumeration
@@ -476,6 +490,46 @@ static int64_t time_health(void)
     int64_t lat = now_ns() - t;
     if (r.status != 200 || strcmp(r.body, "ok") != 0) {
         note_failure("GET /health", &r, NULL);
+        return -1;
+    }
+    return lat;
+}
+
+/* A tenant and one API key of its own, for the auth rows; "" (the rows
+ * stay empty) when the daemon has no tenancy. */
+static void make_tenant_key(void)
+{
+    char path[160], body[160];
+    struct http_resp r;
+    snprintf(body, sizeof(body), "{\"tenant_id\":\"%s\"}", bench.tag);
+    if (http_request(bench.main_conn, "POST", "/api/v1/admin/tenants", body, &r) < 0 ||
+        r.status != 201)
+        return;
+    snprintf(path, sizeof(path), "/api/v1/admin/tenants/%s/keys", bench.tag);
+    if (http_request(bench.main_conn, "POST", path, "{\"name\":\"api_bench\"}", &r) < 0 ||
+        r.status != 201)
+        return;
+    const char *v = json_value(r.body, "api_key");
+    if (!v || *v != '"')
+        return;
+    size_t n = strcspn(v + 1, "\"");
+    if (n < sizeof(bench.tenant_key))
+        snprintf(bench.tenant_key, sizeof(bench.tenant_key), "%.*s", (int)n, v + 1);
+}
+
+/* One authenticated GET of a path no route has: 404 NOT_FOUND, decided
+ * once the credential is checked; its latency, or -1 (a failure). */
+static int64_t time_auth(const char *token)
+{
+    struct http_resp r;
+    int64_t t = now_ns();
+    if (http_request_as(bench.main_conn, "GET", "/api/v1/no-such-route", NULL, token, &r) < 0) {
+        note_failure("GET /api/v1/no-such-route", NULL, "no HTTP answer");
+        return -1;
+    }
+    int64_t lat = now_ns() - t;
+    if (r.status != 404 || !json_string_is(r.body, "code", "NOT_FOUND")) {
+        note_failure("GET /api/v1/no-such-route", &r, NULL);
         return -1;
     }
     return lat;
@@ -776,7 +830,9 @@ static void setup(void)
         exit(2);
     }
     for (int i = 0; i < ROW_COUNT; i++) {
-        int cap = i == ROW_BASE_A || i == ROW_SERIAL || i == ROW_FLOOR ? bench.serial
+        int cap = i == ROW_BASE_A || i == ROW_SERIAL || i == ROW_FLOOR || i == ROW_AUTH_TOKEN ||
+                          i == ROW_AUTH_KEY
+                      ? bench.serial
                   : i == ROW_NEW_SERIAL || i == ROW_NEW_PARALLEL ? bench.fresh
                                                                  : bench.commands;
         rows[i].lat = calloc((size_t)cap, sizeof(int64_t));
@@ -810,6 +866,7 @@ static void setup(void)
     }
     warm_up(&bench.warm, 1);
     warm_up(bench.sandboxes, bench.nsandboxes);
+    make_tenant_key();
     /* One open connection per client before any measurement. */
     for (int i = 0; i < bench.clients; i++) {
         bench.cls[i].id = i;
@@ -955,6 +1012,10 @@ int main(int argc, char **argv)
              "baseline B: fork+exec /bin/true, %d workers", bench.clients);
     snprintf(rows[ROW_SERIAL].name, sizeof(rows[0].name), "HTTP exec /bin/true, serial, warm");
     snprintf(rows[ROW_FLOOR].name, sizeof(rows[0].name), "HTTP floor: GET /health, serial");
+    snprintf(rows[ROW_AUTH_TOKEN].name, sizeof(rows[0].name),
+             "auth: internal token (GET, 404), serial");
+    snprintf(rows[ROW_AUTH_KEY].name, sizeof(rows[0].name),
+             "auth: tenant API key (GET, 404), serial");
     snprintf(rows[ROW_UNSCOPED].name, sizeof(rows[0].name),
              "HTTP exec, %d clients / %d sandboxes, unscoped", bench.clients, bench.nsandboxes);
     snprintf(rows[ROW_SCOPED].name, sizeof(rows[0].name),
@@ -997,6 +1058,19 @@ int main(int argc, char **argv)
                 row_add(&rows[ROW_FLOOR], lat);
                 rows[ROW_FLOOR].wall_ns += lat;
             }
+            /* Which credential goes first alternates, so neither always
+             * follows the same request. */
+            for (int k = 0; bench.tenant_key[0] && k < 2; k++) {
+                bool key = (k + i) % 2 == 1;
+                struct row *row = &rows[key ? ROW_AUTH_KEY : ROW_AUTH_TOKEN];
+                lat = time_auth(key ? bench.tenant_key : bench.token);
+                if (lat < 0) {
+                    row->failures++;
+                } else {
+                    row_add(row, lat);
+                    row->wall_ns += lat;
+                }
+            }
         }
         run_parallel(&rows[ROW_BASE_B], JOB_FORK, ncommands);
         warm_up(bench.sandboxes, bench.nsandboxes);
@@ -1034,6 +1108,12 @@ int main(int argc, char **argv)
         qsort(rows[i].lat, (size_t)rows[i].n, sizeof(int64_t), cmp_i64);
         print_row(&rows[i], &rows[ROW_BASE_A], &rows[ROW_BASE_B]);
     }
+    if (rows[ROW_AUTH_KEY].n && rows[ROW_AUTH_TOKEN].n)
+        printf("\n- auth: a tenant API key costs %+.0f us p50 over the internal token on the same "
+               "request (target <= +50 us)\n",
+               1000 * (pct_ms(&rows[ROW_AUTH_KEY], 0.50) - pct_ms(&rows[ROW_AUTH_TOKEN], 0.50)));
+    else
+        printf("\n- auth: no tenant API key rows (the daemon has no tenant tables)\n");
     printf("\n- p50/A: the row's p50 over baseline A's; rate/B: the row's throughput over "
            "baseline B's.\n");
     printf("- latency: one request (resolve + connect: both requests), sent over a keep-alive\n"

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "common/cleanup.h"
+#include "service/tenants.h"
 
 struct code_status {
     const char *code;
@@ -21,6 +22,12 @@ static const struct code_status TABLE[] = {
      "the template's source_path is not a directory inside the sandbox: make it (for example "
      "under /envs) before publishing"},
     {SL_E_UNAUTHORIZED, 401, "internal service authentication failed"},
+    {SL_E_TENANT_NOT_FOUND, 404, "no tenant with this tenant_id"},
+    {SL_E_API_KEY_NOT_FOUND, 404, "this tenant has no API key with this key_id"},
+    {SL_E_TENANT_EXISTS, 409, "a tenant with this tenant_id exists"},
+    {SL_E_TENANCY_UNAVAILABLE, 503,
+     "this database has no tenant tables: apply the deploy SQL (deploy/sql/) or enable "
+     "SANDBOX_DATABASE_AUTO_DDL, then restart the service"},
     {SL_E_TENANT_FORBIDDEN, 403,
      "this route is the operator's (the internal token): a tenant's API key cannot call it"},
     {SL_E_SANDBOX_NOT_FOUND, 404,

@@ -23,7 +23,9 @@
 #include "common/pool.h"
 #include "common/util.h"
 #include "config/config.h"
+#include "service/api_keys.h"
 #include "service/service.h"
+#include "service/tenants.h"
 #include <curl/curl.h>
 
 /* Failed authentications answered late (auth_guard.h): their connections
@@ -65,7 +67,18 @@ struct sl_http {
  * deferred completion, e.g. a running command) owns the answer. READY: the
  * answer is in `resp` and the connection was resumed to send it. DONE: sent
  * (or refused early). */
-enum conn_phase { PH_RECEIVING, PH_DISPATCHED, PH_READY, PH_DONE };
+/* PH_CHECKING_KEY: suspended before anything else while a handler thread
+ * asks the store about an API key the cache could not vouch for; it ends
+ * in PH_KEY_ACCEPTED or PH_KEY_REFUSED (or an answer: PH_READY). */
+enum conn_phase {
+    PH_RECEIVING,
+    PH_DISPATCHED,
+    PH_READY,
+    PH_DONE,
+    PH_CHECKING_KEY,
+    PH_KEY_ACCEPTED,
+    PH_KEY_REFUSED,
+};
 
 /* Per-request state, from the first callback to completion. */
 struct conn_state {
@@ -94,6 +107,12 @@ struct conn_state {
     char log_detail[256];
     struct conn_state *penalty_next;
     struct sl_principal principal; /* decided in on_request, before the route runs */
+    /* The route match, kept for after a key check. */
+    enum sl_match match;
+    char allow[64];
+    /* A key waiting for its check (PH_CHECKING_KEY); wiped after it. */
+    char key_id[SL_KEY_ID_LEN + 1];
+    char key_secret[SL_KEY_SECRET_LEN + 1];
 };
 
 /* The deferred answer handle of api/http.h is the connection state. */
@@ -174,25 +193,42 @@ static enum MHD_Result queue_mcp_unauthorized(struct conn_state *st,
     return queue(st, conn, &resp);
 }
 
+enum auth_outcome { AUTH_REFUSED, AUTH_ACCEPTED, AUTH_NEEDS_STORE };
+
 /* The one authentication decision of a request: who its credential says
- * it is, into *who. False when the credential is missing or not accepted
- * (the caller answers 401). */
-static bool authenticate(struct sl_http *http, struct MHD_Connection *conn,
-                         struct sl_principal *who)
+ * it is, into st->principal. The internal token is the operator; a tenant
+ * API key is checked against the key cache, and when the cache cannot say
+ * the key is left in st for a handler thread to check (AUTH_NEEDS_STORE:
+ * MHD's threads never wait on the database). Anything else, and every way
+ * a key can be wrong, is AUTH_REFUSED: one 401 that says nothing of why. */
+static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connection *conn)
 {
+    struct sl_http *http = st->http;
     const char *value = NULL;
     size_t len = 0;
-    *who = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
+    st->principal = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
     if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
                                       strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
                                       &len) != MHD_YES ||
         !value)
-        return false;
-    if (!sl_consttime_equal(value, len, http->expected_auth, http->expected_len))
-        return false;
-    who->kind = SL_PRINCIPAL_OPERATOR;
-    return true;
+        return AUTH_REFUSED;
+    if (sl_consttime_equal(value, len, http->expected_auth, http->expected_len)) {
+        st->principal.kind = SL_PRINCIPAL_OPERATOR;
+        return AUTH_ACCEPTED;
+    }
+    static const char bearer[] = "Bearer ";
+    if (len <= sizeof(bearer) - 1 || strncmp(value, bearer, sizeof(bearer) - 1) != 0 ||
+        !sl_api_key_parse(value + sizeof(bearer) - 1, len - (sizeof(bearer) - 1), st->key_id,
+                          st->key_secret))
+        return AUTH_REFUSED;
+    struct sl_error err = {0};
+    int r = sl_svc_key_check(http->svc, st->key_id, st->key_secret, false, &st->principal, &err);
+    if (r == SL_KEY_NEEDS_STORE)
+        return AUTH_NEEDS_STORE;
+    explicit_bzero(st->key_secret, sizeof(st->key_secret));
+    return r == SL_KEY_ACCEPTED ? AUTH_ACCEPTED : AUTH_REFUSED;
 }
+
 
 
 static size_t route_max_body(const struct sl_route_def *route)
@@ -696,6 +732,44 @@ static enum MHD_Result refuse_unauthorized(struct conn_state *st, struct MHD_Con
     return MHD_YES;
 }
 
+/* A handler thread's check of a key the cache could not vouch for; the
+ * connection is resumed with the outcome (or answered: the store failed). */
+static void run_key_check(void *arg)
+{
+    struct conn_state *st = arg;
+    struct sl_error err = {0};
+    int r = sl_svc_key_check(st->http->svc, st->key_id, st->key_secret, true, &st->principal,
+                             &err);
+    explicit_bzero(st->key_secret, sizeof(st->key_secret));
+    if (r < 0) {
+        answer_error(st, err.code, err.message);
+        return;
+    }
+    st->phase = r == SL_KEY_ACCEPTED ? PH_KEY_ACCEPTED : PH_KEY_REFUSED;
+    MHD_resume_connection(st->conn);
+}
+
+/* The first call's checks once the caller is known: the route exists, takes
+ * this method, and its body cap admits the declared length. */
+static enum MHD_Result after_auth(struct conn_state *st, struct MHD_Connection *conn)
+{
+    if (st->match == SL_MATCH_NONE) {
+        st->phase = PH_DONE;
+        return queue_error(st, conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
+    }
+    if (st->match == SL_MATCH_METHOD) {
+        st->phase = PH_DONE;
+        return queue_error(st, conn, SL_E_METHOD_NOT_ALLOWED,
+                           "this path does not accept this method", st->allow);
+    }
+    sl_buf_init(&st->body, route_max_body(st->route));
+    if (content_length_too_large(conn, route_max_body(st->route))) {
+        st->phase = PH_DONE;
+        return queue_error(st, conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
+    }
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -731,29 +805,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                "Content-Length with Transfer-Encoding",
                                NULL);
         }
-        char allow[64];
-        enum sl_match m = sl_router_match(method, st->pathbuf, &st->route, st->params,
-                                          &st->nparams, allow, sizeof(allow));
-        bool needs_auth = m == SL_MATCH_OK ? st->route->auth : sl_router_path_protected(url);
+        st->match = sl_router_match(method, st->pathbuf, &st->route, st->params, &st->nparams,
+                                    st->allow, sizeof(st->allow));
+        bool needs_auth =
+            st->match == SL_MATCH_OK ? st->route->auth : sl_router_path_protected(url);
         /* Authentication comes first: an unauthenticated client learns
          * nothing about which paths exist and no body is parsed for it. */
-        if (needs_auth && !authenticate(http, conn, &st->principal))
-            return refuse_unauthorized(st, conn, url);
-        if (m == SL_MATCH_NONE) {
-            st->phase = PH_DONE;
-            return queue_error(st, conn, SL_E_NOT_FOUND, "no route matches this path", NULL);
+        if (needs_auth) {
+            enum auth_outcome auth = authenticate(st, conn);
+            if (auth == AUTH_REFUSED)
+                return refuse_unauthorized(st, conn, url);
+            if (auth == AUTH_NEEDS_STORE) {
+                st->phase = PH_CHECKING_KEY;
+                st->conn = conn;
+                MHD_suspend_connection(conn);
+                if (sl_pool_submit(http->handlers, run_key_check, st) < 0) {
+                    explicit_bzero(st->key_secret, sizeof(st->key_secret));
+                    answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");
+                }
+                return MHD_YES;
+            }
         }
-        if (m == SL_MATCH_METHOD) {
-            st->phase = PH_DONE;
-            return queue_error(st, conn, SL_E_METHOD_NOT_ALLOWED,
-                               "this path does not accept this method", allow);
-        }
-        sl_buf_init(&st->body, route_max_body(st->route));
-        if (content_length_too_large(conn, route_max_body(st->route))) {
-            st->phase = PH_DONE;
-            return queue_error(st, conn, SL_E_TOO_LARGE, "request body exceeds the size limit", NULL);
-        }
-        return MHD_YES;
+        return after_auth(st, conn);
+    }
+
+    /* Resumed after a key check: what the first call would have done. */
+    if (st->phase == PH_KEY_REFUSED)
+        return refuse_unauthorized(st, conn, url);
+    if (st->phase == PH_KEY_ACCEPTED) {
+        st->phase = PH_RECEIVING;
+        enum MHD_Result r = after_auth(st, conn);
+        if (r != MHD_YES || st->phase != PH_RECEIVING || *upload_data_size == 0)
+            return r;
+        /* The body's first bytes came with this call: take them below. */
     }
 
     if (st->phase == PH_DONE) {
@@ -828,6 +912,7 @@ static void log_access(const struct conn_state *st, enum MHD_RequestTerminationC
     if (!sl_log_enabled(level))
         return;
     const char *exec_id = st->exec_id[0] ? st->exec_id : path_param(st, "exec_id");
+    bool tenant = st->principal.kind == SL_PRINCIPAL_TENANT;
     struct sl_log_field f[] = {
         SL_LF_STR("method", st->method),
         SL_LF_STR("route", st->route ? st->route->pattern : "(no route)"),
@@ -835,6 +920,9 @@ static void log_access(const struct conn_state *st, enum MHD_RequestTerminationC
         SL_LF_NUM("duration_ms", (sl_mono_us() - st->start_us) / 1000),
         SL_LF_STR("sandbox_id", path_param(st, "sandbox_id")),
         SL_LF_STR("exec_id", exec_id),
+        /* A tenant's requests name it and the key (its id, never the key). */
+        SL_LF_STR("tenant", tenant ? st->principal.tenant_id : NULL),
+        SL_LF_STR("key_id", tenant ? st->principal.key_id : NULL),
         SL_LF_STR("code", st->code[0] ? st->code : NULL),
         SL_LF_STR("message", st->message[0] ? st->message : NULL),
         SL_LF_STR("detail", st->log_detail[0] ? st->log_detail : NULL),

@@ -122,7 +122,7 @@ static json_t *operation(const struct sl_route_def *r)
         json_object_set_new(op, "requestBody", body);
     }
     json_t *ok = r->response_schema ? ref(r->response_schema) : json_object();
-    json_object_set_new(ok, "description", json_string("OK"));
+    json_object_set_new(ok, "description", json_string(r->created ? "Created" : "OK"));
     json_t *example = json_object_get(info, "responseExample");
     if (example && r->response_schema)
         json_object_set(json_object_get(json_object_get(ok, "content"), "application/json"),
@@ -131,7 +131,7 @@ static json_t *operation(const struct sl_route_def *r)
     json_object_set_new(err, "description",
                         json_string("Any other error: a 500 (SANDBOX_INTERNAL_ERROR) carries no "
                                     "detail"));
-    json_t *responses = json_pack("{s:o,s:o}", "200", ok, "default", err);
+    json_t *responses = json_pack("{s:o,s:o}", r->created ? "201" : "200", ok, "default", err);
     add_errors(responses, json_object_get(info, "errors"));
     json_object_set_new(op, "responses", responses);
     if (r->auth)

@@ -90,6 +90,8 @@ struct sl_route_def {
      * own). Every other route with auth takes the internal token only: a
      * tenant key there answers 403 before the handler runs. */
     bool tenant;
+    /* Success is 201 Created (a create), not 200. */
+    bool created;
 };
 
 /* Bodies of small requests (resolve, connect, mkdir ...) stay small. */

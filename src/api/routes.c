@@ -13,7 +13,9 @@
 #include "api/validate.h"
 #include "common/cleanup.h"
 #include "common/json.h"
+#include "common/util.h"
 #include "service/service.h"
+#include "service/tenants.h"
 #include "store/store.h"
 
 #define MAX_PATH_CHARS 4096
@@ -676,6 +678,164 @@ static void h_admin_sandboxes(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* ---- tenants and their keys (issue 14) ---------------------------------- */
+
+/* The 201 of a create, or its error. */
+static void respond_created(struct sl_response *resp, json_t *doc, const struct sl_error *err)
+{
+    if (doc)
+        respond_json(resp, 201, doc);
+    else
+        respond_error(resp, err);
+}
+
+/* A path's tenant_id: an id outside the alphabet names no tenant. */
+static bool tenant_param_ok(struct sl_response *resp, const char *id)
+{
+    if (sl_tenant_id_valid(id))
+        return true;
+    struct sl_error err = {0};
+    sl_error_set(&err, SL_E_TENANT_NOT_FOUND, 0, "no tenant with this tenant_id");
+    respond_error(resp, &err);
+    return false;
+}
+
+/* "quotas": an object of known limits, each a non-negative integer or null
+ * (null: no limit). NULL when absent. */
+static const json_t *v_quotas(struct sl_validation *v, const json_t *body, bool required)
+{
+    const json_t *q = json_object_get(body, "quotas");
+    if (!q || json_is_null(q)) {
+        if (required)
+            sl_v_fail(v, "quotas", "is required");
+        return NULL;
+    }
+    if (!json_is_object(q)) {
+        sl_v_fail(v, "quotas", "must be an object of limits");
+        return NULL;
+    }
+    const char *name;
+    json_t *value;
+    json_object_foreach((json_t *)q, name, value)
+    {
+        bool known = false;
+        for (const char *const *n = sl_tenant_quota_names; *n && !known; n++)
+            known = strcmp(*n, name) == 0;
+        char field[96];
+        snprintf(field, sizeof(field), "quotas.%.80s", name);
+        if (!known)
+            sl_v_fail(v, field, "is not a known limit (sandboxes, running_sessions, "
+                                "commands_in_flight, workspace_bytes, sandbox_memory_bytes, "
+                                "sandbox_pids, sandbox_cpu_millis)");
+        else if (!json_is_null(value) && (!json_is_integer(value) || json_integer_value(value) < 0))
+            sl_v_fail(v, field, "must be a non-negative integer, or null for no limit");
+    }
+    return q;
+}
+
+static void h_tenant_create(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = sl_v_string(&v, req->body, "tenant_id", true, 1, SL_TENANT_ID_MAX, false, NULL);
+    if (id && !sl_tenant_id_valid(id))
+        sl_v_fail(&v, "tenant_id", "must be 1 to 64 characters of a-z, 0-9 and -, not starting "
+                                   "with -");
+    const json_t *quotas = v_quotas(&v, req->body, false);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        respond_created(resp, sl_svc_tenant_create(req->svc, id, quotas, &err), &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_tenants_list(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_tenant_list(req->svc, &err), &err);
+}
+
+static void h_tenant_get(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_tenant_get(req->svc, req->params[0], &err), &err);
+}
+
+static void h_tenant_patch(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_validation v;
+    sl_v_init(&v);
+    const json_t *quotas = v_quotas(&v, req->body, true);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        respond_result(resp, sl_svc_tenant_set_quotas(req->svc, req->params[0], quotas, &err),
+                       &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_key_create(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *name = sl_v_string(&v, req->body, "name", true, 1, 128, false, NULL);
+    for (const char *p = name; p && *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) {
+            sl_v_fail(&v, "name", "must not hold control characters");
+            break;
+        }
+    int64_t expires_at = 0;
+    const json_t *exp = json_object_get(req->body, "expires_at");
+    if (exp && !json_is_null(exp)) {
+        if (!json_is_string(exp) || sl_time_parse(json_string_value(exp), &expires_at) < 0)
+            sl_v_fail(&v, "expires_at", "must be an ISO-8601 UTC time "
+                                        "(YYYY-MM-DDTHH:MM:SS[.ffffff]Z) or null");
+        else if (expires_at <= sl_now_us())
+            sl_v_fail(&v, "expires_at", "must be in the future");
+    }
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        respond_created(resp, sl_svc_api_key_create(req->svc, req->params[0], name, expires_at, &err),
+                        &err);
+    }
+    sl_v_free(&v);
+}
+
+static void h_keys_list(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_api_key_list(req->svc, req->params[0], &err), &err);
+}
+
+static void h_key_revoke(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_api_key_revoke(req->svc, req->params[0], req->params[1], &err),
+                   &err);
+}
+
+static void h_tenant_self(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_tenant_self(req->svc, req->principal, &err), &err);
+}
+
 static void h_admin_overview(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
@@ -878,73 +1038,94 @@ static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
 /* Order matters where a literal and a parameter segment overlap:
  * /sandboxes/resolve is declared before /sandboxes/{sandbox_id} (API.md §0.3). */
 const struct sl_route_def sl_routes[] = {
-    {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0, false, false, false},
+    {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/healthz", h_healthz, false, false, "healthz", "Worker status document", NULL,
-     "Healthz", NULL, 0, false, false, false},
+     "Healthz", NULL, 0, false, false, false, false},
     {"GET", "/openapi.json", h_openapi, false, false, "openapi", "This document", NULL, NULL,
-     NULL, 0, false, false, false},
-    {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0, false, false, false},
+     NULL, 0, false, false, false, false},
+    {"GET", "/docs", h_docs, false, false, "docs", "API reference page", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/docs/swagger-ui-bundle.js", h_docs_js, false, false, "docsScript",
-     "Swagger UI's script, for /docs", NULL, NULL, NULL, 0, false, false, false},
+     "Swagger UI's script, for /docs", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/docs/swagger-ui.css", h_docs_css, false, false, "docsStyle",
-     "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0, false, false, false},
-    {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0, false, false, false},
+     "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0, false, false, false, false},
+    {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
-     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false, false},
+     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false, false, false},
     {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,
-     "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0, false, false, false},
+     "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
-     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0, false, false, false},
+     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0, false, false, false, false},
     {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
-     "RouteRecord", NULL, 0, false, false, false},
+     "RouteRecord", NULL, 0, false, false, false, false},
     {"POST", SBX, h_connect, true, true, "connectSandbox", "Create the sandbox on its worker",
-     "ConnectRequest", "ConnectResponse", NULL, 0, false, false, false},
+     "ConnectRequest", "ConnectResponse", NULL, 0, false, false, false, false},
     {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
-     "ReleaseResponse", NULL, 0, false, false, false},
+     "ReleaseResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/suspend", h_suspend, true, true, "suspendSandbox",
      "Suspend: stop every process, keep the files, free the slot", "ConnectRequest",
-     "SuspendResponse", NULL, 0, false, false, false},
+     "SuspendResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
-     NULL, "ResumeResponse", NULL, 0, false, false, false},
+     NULL, "ResumeResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
      "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
-     "TemplateResponse", NULL, 0, false, false, false},
+     "TemplateResponse", NULL, 0, false, false, false, false},
     {"PUT", SBX "/templates", h_template_attach, true, true, "attachTemplates",
      "Replace the sandbox's attached templates", "TemplateAttachRequest", "TemplateAttachResponse",
-     NULL, 0, false, false, false},
+     NULL, 0, false, false, false, false},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
-     "AuditResponse", NULL, 0, false, false, false},
+     "AuditResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
-     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, false},
+     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, false, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
-     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false, false},
+     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false, false, false},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
-     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, false},
+     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, false, false},
     {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",
-     "The template catalog", NULL, "TemplateList", NULL, 0, false, false, false},
+     "The template catalog", NULL, "TemplateList", NULL, 0, false, false, false, false},
     {"DELETE", "/api/v1/templates/{name}", h_template_unpublish, true, false,
      "unpublishTemplate", "Remove a template from the catalog", NULL, "TemplateRemoveResponse",
-     NULL, 0, false, false, false},
+     NULL, 0, false, false, false, false},
+    {"POST", "/api/v1/admin/tenants", h_tenant_create, true, true, "adminCreateTenant",
+     "Create a tenant", "TenantCreateRequest", "Tenant", NULL, 0, false, false, false, true},
+    {"GET", "/api/v1/admin/tenants", h_tenants_list, true, false, "adminListTenants",
+     "Every tenant", NULL, "TenantList", NULL, 0, false, false, false, false},
+    {"GET", "/api/v1/admin/tenants/{tenant_id}", h_tenant_get, true, false, "adminGetTenant",
+     "One tenant", NULL, "Tenant", NULL, 0, false, false, false, false},
+    {"PATCH", "/api/v1/admin/tenants/{tenant_id}", h_tenant_patch, true, true,
+     "adminSetTenantQuotas", "Change a tenant's quotas", "TenantQuotasRequest", "Tenant", NULL, 0,
+     false, false, false, false},
+    {"POST", "/api/v1/admin/tenants/{tenant_id}/keys", h_key_create, true, true,
+     "adminCreateApiKey", "Issue an API key to a tenant", "ApiKeyCreateRequest", "ApiKeyCreated",
+     NULL, 0, false, false, false, true},
+    {"GET", "/api/v1/admin/tenants/{tenant_id}/keys", h_keys_list, true, false,
+     "adminListApiKeys", "A tenant's API keys (never the keys themselves)", NULL, "ApiKeyList",
+     NULL, 0, false, false, false, false},
+    {"DELETE", "/api/v1/admin/tenants/{tenant_id}/keys/{key_id}", h_key_revoke, true, false,
+     "adminRevokeApiKey", "Revoke an API key at once", NULL, "ApiKey", NULL, 0, false, false,
+     false, false},
+    {"GET", "/api/v1/tenant", h_tenant_self, true, false, "getTenant",
+     "The caller's tenant: who the key is, and its quotas", NULL, "TenantSelf", NULL, 0, false,
+     false, true, false},
     {"GET", "/api/v1/admin/overview", h_admin_overview, true, false, "adminOverview",
-     "Fleet overview", NULL, "AdminOverview", NULL, 0, false, false, false},
+     "Fleet overview", NULL, "AdminOverview", NULL, 0, false, false, false, false},
     {"GET", "/api/v1/admin/sandboxes", h_admin_sandboxes, true, false, "adminListSandboxes",
-     "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0, false, false, false},
+     "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0, false, false, false, false},
     {"GET", "/api/v1/admin/execs", h_admin_execs, true, false, "adminListExecutions",
-     "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0, false, false, false},
+     "Executions, newest first", NULL, "AdminExecList", Q_ADMIN_EXECS, 0, false, false, false, false},
     {"GET", "/api/v1/admin/execs/{sandbox_id}/{exec_id}", h_admin_exec, true, false,
-     "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0, false, false, false},
+     "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0, false, false, false, false},
     {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
-     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false, false},
+     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false, false, false},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,
-     "FileReadResponse", Q_FILE, 0, false, false, false},
+     "FileReadResponse", Q_FILE, 0, false, false, false, false},
     {"GET", SBX "/files/list", h_file_list, true, false, "listDirectory", "List a directory",
-     NULL, "DirectoryListResponse", Q_LIST, 0, false, false, false},
+     NULL, "DirectoryListResponse", Q_LIST, 0, false, false, false, false},
     {"POST", SBX "/files/mkdir", h_file_mkdir, true, true, "makeDirectory", "Create a directory",
-     "MkdirRequest", "FileWriteResponse", NULL, 0, false, false, false},
+     "MkdirRequest", "FileWriteResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/files/delete", h_file_delete, true, true, "deletePath",
-     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0, false, false, false},
+     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0, false, false, false, false},
     {"POST", SBX "/files/move", h_file_move, true, true, "movePath", "Move or rename a path",
-     "MoveRequest", "MoveResponse", NULL, 0, false, false, false},
+     "MoveRequest", "MoveResponse", NULL, 0, false, false, false, false},
 
     /* The worker protocol (API.md §9): what a replica forwards to the owner,
      * answered by the same handlers once the fence headers pass. No request

@@ -9,6 +9,7 @@
 #include "config/config.h"
 #include "registry/registry.h"
 #include "runtime/runtime.h"
+#include "service/api_keys.h"
 #include "service/owner_cache.h"
 #include "service/service.h"
 #include "store/store.h"
@@ -66,6 +67,7 @@ struct sl_service {
     char profile_hash[192]; /* effective hash (RUNTIME.md §3.2) */
     json_t *capabilities;   /* RUNTIME.md §8 document, built once at open */
     struct svc_owner_cache *owners; /* forwards decided lately; NULL: none kept */
+    struct sl_key_cache *keys;      /* API key checks (service/api_keys.h); NULL: none kept */
 
     pthread_mutex_t live_lock; /* guards live[] */
     struct sl_live *live;

@@ -308,6 +308,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
         sl_warn("workspace quota (%s): %s", svc->quota.mode, svc->quota.why);
     svc->capabilities = build_capabilities(svc, p);
     svc->owners = svc_owner_cache_new(); /* NULL (no memory): every request decides afresh */
+    svc->keys = sl_key_cache_new();      /* NULL (no memory): every key check asks the store */
     if (!json_is_true(json_object_get(json_object_get(svc->capabilities, "host_layout"), "hidden")))
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
                 "own, so sandboxes read their host paths in /proc/self/mountinfo (set "
@@ -646,6 +647,7 @@ void sl_service_close(struct sl_service *svc)
     }
     free(svc->live);
     svc_owner_cache_free(svc->owners);
+    sl_key_cache_free(svc->keys);
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
     pthread_mutex_destroy(&svc->loop_lock);

@@ -1,0 +1,324 @@
+#include "service/tenants.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/util.h"
+#include "service/api_keys.h"
+#include "service/internal.h"
+
+const char *const sl_tenant_quota_names[] = {
+    "sandboxes",            /* routes that exist (not RELEASED) */
+    "running_sessions",     /* sandboxes live on a worker */
+    "commands_in_flight",   /* executions RUNNING at once */
+    "workspace_bytes",      /* bytes of workspace on disk, all its sandboxes */
+    "sandbox_memory_bytes", /* the most memory one sandbox may ask for */
+    "sandbox_pids",         /* the most processes one sandbox may ask for */
+    "sandbox_cpu_millis",   /* the most CPU one sandbox may ask for (1000 = a core) */
+    NULL,
+};
+
+/* The operator as a record's actor (created_by). */
+#define OPERATOR_ACTOR "operator"
+/* key_id draws before giving up (48 random bits: a clash is a fluke). */
+#define KEY_ID_ATTEMPTS 3
+
+bool sl_tenant_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n < 1 || n > SL_TENANT_ID_MAX || id[0] == '-')
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-'))
+            return false;
+    return true;
+}
+
+static int require_tenancy(struct sl_service *svc, struct sl_error *err)
+{
+    if (svc->store->tenancy)
+        return 0;
+    return sl_error_set(err, SL_E_TENANCY_UNAVAILABLE, 0,
+                        "this database has no tenant tables: apply the deploy SQL (deploy/sql/) "
+                        "or enable SANDBOX_DATABASE_AUTO_DDL, then restart the service");
+}
+
+static int tenant_missing(struct sl_error *err)
+{
+    return sl_error_set(err, SL_E_TENANT_NOT_FOUND, 0, "no tenant with this tenant_id");
+}
+
+/* ---- views ---- */
+
+/* The stored quotas as an object ({} when none or unreadable). */
+static json_t *quotas_of(const char *text)
+{
+    json_t *q = text ? json_loads(text, 0, NULL) : NULL;
+    if (!json_is_object(q)) {
+        json_decref(q);
+        q = json_object();
+    }
+    return q;
+}
+
+static json_t *tenant_view(const struct sl_tenant *t)
+{
+    return json_pack("{s:s,s:o,s:o,s:o,s:o}", "tenant_id", t->tenant_id, "quotas",
+                     quotas_of(t->quotas_json), "created_by", sl_json_str_or_null(t->created_by),
+                     "created_at", sl_json_ts(t->created_at, "Z"), "updated_at",
+                     sl_json_ts(t->updated_at, "Z"));
+}
+
+static const char *key_status(const struct sl_api_key *k, int64_t now)
+{
+    if (k->revoked_at)
+        return "revoked";
+    if (k->expires_at && now >= k->expires_at)
+        return "expired";
+    return "active";
+}
+
+static json_t *key_view(const struct sl_api_key *k)
+{
+    return json_pack("{s:s,s:s,s:s,s:s,s:o,s:o,s:o,s:o}", "key_id", k->key_id, "tenant_id",
+                     k->tenant_id, "name", k->name, "status", key_status(k, sl_now_us()),
+                     "created_by", sl_json_str_or_null(k->created_by), "created_at",
+                     sl_json_ts(k->created_at, "Z"), "expires_at", sl_json_ts(k->expires_at, "Z"),
+                     "revoked_at", sl_json_ts(k->revoked_at, "Z"));
+}
+
+/* Compact text of a quotas object, NULL when it has no limit. */
+static char *quotas_text(const json_t *quotas)
+{
+    if (!quotas || json_object_size(quotas) == 0)
+        return NULL;
+    return json_dumps(quotas, JSON_COMPACT | JSON_SORT_KEYS);
+}
+
+/* ---- the operator's ---- */
+
+json_t *sl_svc_tenant_create(struct sl_service *svc, const char *tenant_id, const json_t *quotas,
+                             struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0)
+        return NULL;
+    _cleanup_json_ json_t *limits = json_object();
+    const char *name;
+    json_t *value;
+    json_object_foreach((json_t *)quotas, name, value)
+        if (!json_is_null(value))
+            json_object_set(limits, name, value);
+    _cleanup_free_ char *text = quotas_text(limits);
+    struct sl_tenant t = {.quotas_json = text, .created_by = OPERATOR_ACTOR,
+                          .created_at = sl_now_us()};
+    snprintf(t.tenant_id, sizeof(t.tenant_id), "%s", tenant_id);
+    t.updated_at = t.created_at;
+    int rc = svc->store->ops->tenant_insert(svc->store, &t, err);
+    if (rc < 0)
+        return NULL;
+    if (rc == 0) {
+        sl_error_set(err, SL_E_TENANT_EXISTS, 0, "a tenant with this tenant_id exists");
+        return NULL;
+    }
+    return tenant_view(&t);
+}
+
+json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0)
+        return NULL;
+    struct sl_tenant t;
+    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
+    if (found <= 0)
+        return found < 0 ? NULL : (tenant_missing(err), NULL);
+    json_t *doc = tenant_view(&t);
+    sl_tenant_clear(&t);
+    return doc;
+}
+
+json_t *sl_svc_tenant_list(struct sl_service *svc, struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0)
+        return NULL;
+    struct sl_tenant *v = NULL;
+    size_t n = 0;
+    if (svc->store->ops->tenant_list(svc->store, &v, &n, err) < 0)
+        return NULL;
+    json_t *items = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(items, tenant_view(&v[i]));
+    sl_tenants_free(v, n);
+    return json_pack("{s:o}", "tenants", items);
+}
+
+json_t *sl_svc_tenant_set_quotas(struct sl_service *svc, const char *tenant_id,
+                                 const json_t *quotas, struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0)
+        return NULL;
+    struct sl_tenant t;
+    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
+    if (found <= 0)
+        return found < 0 ? NULL : (tenant_missing(err), NULL);
+    /* A merge: the names given change, the others stay; null removes. Two
+     * operators patching the same tenant at once: the last one wins. */
+    _cleanup_json_ json_t *limits = quotas_of(t.quotas_json);
+    const char *name;
+    json_t *value;
+    json_object_foreach((json_t *)quotas, name, value) {
+        if (json_is_null(value))
+            json_object_del(limits, name);
+        else
+            json_object_set(limits, name, value);
+    }
+    _cleanup_free_ char *text = quotas_text(limits);
+    int64_t now = sl_now_us();
+    int rc = svc->store->ops->tenant_set_quotas(svc->store, tenant_id, text, now, err);
+    if (rc <= 0) {
+        sl_tenant_clear(&t);
+        return rc < 0 ? NULL : (tenant_missing(err), NULL);
+    }
+    free(t.quotas_json);
+    t.quotas_json = text;
+    text = NULL;
+    t.updated_at = now;
+    json_t *doc = tenant_view(&t);
+    sl_tenant_clear(&t);
+    return doc;
+}
+
+/* 1 the tenant exists, 0 not (err says so), -1 the store failed. */
+static int tenant_exists(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
+    struct sl_tenant t;
+    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
+    sl_tenant_clear(&t);
+    if (found == 0)
+        tenant_missing(err);
+    return found;
+}
+
+json_t *sl_svc_api_key_create(struct sl_service *svc, const char *tenant_id, const char *name,
+                              int64_t expires_at, struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0 || tenant_exists(svc, tenant_id, err) <= 0)
+        return NULL;
+    struct sl_api_key k = {.created_by = OPERATOR_ACTOR, .created_at = sl_now_us(),
+                           .expires_at = expires_at};
+    snprintf(k.tenant_id, sizeof(k.tenant_id), "%s", tenant_id);
+    snprintf(k.name, sizeof(k.name), "%s", name);
+    char secret[SL_KEY_SECRET_LEN + 1], api_key[SL_API_KEY_LEN + 1];
+    for (int attempt = 0; attempt < KEY_ID_ATTEMPTS; attempt++) {
+        if (sl_api_key_generate(k.key_id, secret, api_key) < 0) {
+            sl_error_errno(err, SL_E_INTERNAL, "no randomness for a key");
+            return NULL;
+        }
+        sl_sha256_hex(secret, strlen(secret), k.secret_sha256);
+        int rc = svc->store->ops->api_key_insert(svc->store, &k, err);
+        if (rc < 0)
+            break;
+        if (rc == 1) {
+            json_t *doc = key_view(&k);
+            json_object_set_new(doc, "api_key", json_string(api_key));
+            explicit_bzero(secret, sizeof(secret));
+            explicit_bzero(api_key, sizeof(api_key));
+            return doc;
+        }
+    }
+    explicit_bzero(secret, sizeof(secret));
+    explicit_bzero(api_key, sizeof(api_key));
+    if (!err->code[0])
+        sl_error_set(err, SL_E_INTERNAL, 0, "no free key_id after %d draws", KEY_ID_ATTEMPTS);
+    return NULL;
+}
+
+json_t *sl_svc_api_key_list(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0 || tenant_exists(svc, tenant_id, err) <= 0)
+        return NULL;
+    struct sl_api_key *v = NULL;
+    size_t n = 0;
+    if (svc->store->ops->api_key_list(svc->store, tenant_id, &v, &n, err) < 0)
+        return NULL;
+    json_t *items = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(items, key_view(&v[i]));
+    sl_api_keys_free(v, n);
+    return json_pack("{s:s,s:o}", "tenant_id", tenant_id, "keys", items);
+}
+
+json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, const char *key_id,
+                              struct sl_error *err)
+{
+    if (require_tenancy(svc, err) < 0)
+        return NULL;
+    if (svc->store->ops->api_key_revoke(svc->store, tenant_id, key_id, sl_now_us(), err) < 0)
+        return NULL;
+    /* Revoked now or before: either way this worker stops trusting what
+     * it cached. */
+    sl_key_cache_forget(svc->keys, key_id);
+    struct sl_api_key k;
+    int found = svc->store->ops->api_key_get(svc->store, key_id, &k, err);
+    if (found < 0)
+        return NULL;
+    if (found == 0 || strcmp(k.tenant_id, tenant_id) != 0) {
+        sl_api_key_clear(&k);
+        sl_error_set(err, SL_E_API_KEY_NOT_FOUND, 0, "this tenant has no key with this key_id");
+        return NULL;
+    }
+    json_t *doc = key_view(&k);
+    sl_api_key_clear(&k);
+    return doc;
+}
+
+/* ---- a tenant's ---- */
+
+json_t *sl_svc_tenant_self(struct sl_service *svc, const struct sl_principal *who,
+                           struct sl_error *err)
+{
+    if (who->kind != SL_PRINCIPAL_TENANT) {
+        sl_error_set(err, SL_E_TENANT_NOT_FOUND, 0,
+                     "the internal token is the operator's, not a tenant's: use a tenant's "
+                     "API key, or GET /api/v1/admin/tenants");
+        return NULL;
+    }
+    json_t *doc = sl_svc_tenant_get(svc, who->tenant_id, err);
+    if (doc)
+        json_object_set_new(doc, "key_id", json_string(who->key_id));
+    return doc;
+}
+
+int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
+                     bool may_block, struct sl_principal *who, struct sl_error *err)
+{
+    struct sl_key_facts facts = {0};
+    int64_t mono = sl_mono_us();
+    if (!sl_key_cache_get(svc->keys, key_id, mono, &facts)) {
+        if (!may_block)
+            return SL_KEY_NEEDS_STORE;
+        if (svc->store->tenancy) {
+            struct sl_api_key k;
+            int found = svc->store->ops->api_key_get(svc->store, key_id, &k, err);
+            if (found < 0)
+                return -1;
+            facts.exists = found == 1;
+            snprintf(facts.tenant_id, sizeof(facts.tenant_id), "%s", k.tenant_id);
+            snprintf(facts.secret_sha256, sizeof(facts.secret_sha256), "%s", k.secret_sha256);
+            facts.expires_at = k.expires_at;
+            facts.revoked_at = k.revoked_at;
+            sl_api_key_clear(&k);
+        }
+        /* Without tenant tables no key exists; said once a TTL all the same,
+         * so a key-shaped guess costs no more than any other. */
+        sl_key_cache_put(svc->keys, key_id, &facts, mono);
+    }
+    if (!sl_key_facts_accept(&facts, secret, sl_now_us()))
+        return SL_KEY_REFUSED;
+    *who = (struct sl_principal){.kind = SL_PRINCIPAL_TENANT};
+    snprintf(who->tenant_id, sizeof(who->tenant_id), "%s", facts.tenant_id);
+    snprintf(who->key_id, sizeof(who->key_id), "%s", key_id);
+    return SL_KEY_ACCEPTED;
+}

@@ -1,0 +1,103 @@
+/* API keys (service/api_keys.c): the text form, what a check accepts, and
+ * the cache's life. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "service/api_keys.h"
+
+static void generate_and_parse(void **state)
+{
+    (void)state;
+    char id[SL_KEY_ID_LEN + 1], secret[SL_KEY_SECRET_LEN + 1], key[SL_API_KEY_LEN + 1];
+    char id2[SL_KEY_ID_LEN + 1], secret2[SL_KEY_SECRET_LEN + 1], key2[SL_API_KEY_LEN + 1];
+    assert_int_equal(sl_api_key_generate(id, secret, key), 0);
+    assert_int_equal(sl_api_key_generate(id2, secret2, key2), 0);
+    assert_int_equal(strlen(key), SL_API_KEY_LEN);
+    assert_memory_equal(key, "sl", 2);
+    assert_int_equal(strncmp(key, id, SL_KEY_ID_LEN), 0);
+    assert_string_not_equal(key, key2);
+    char pid[SL_KEY_ID_LEN + 1], psecret[SL_KEY_SECRET_LEN + 1];
+    assert_true(sl_api_key_parse(key, strlen(key), pid, psecret));
+    assert_string_equal(pid, id);
+    assert_string_equal(psecret, secret);
+
+    /* Anything else is not a key. */
+    char bad[SL_API_KEY_LEN + 2];
+    const size_t n = SL_API_KEY_LEN;
+    assert_false(sl_api_key_parse(key, n - 1, pid, psecret));
+    snprintf(bad, sizeof(bad), "%s0", key);
+    assert_false(sl_api_key_parse(bad, n + 1, pid, psecret));
+    const size_t spots[] = {0, 1, 5, SL_KEY_ID_LEN, SL_KEY_ID_LEN + 3, n - 1};
+    const char subs[] = {'S', 'x', 'G', '-', 'A', '\0'};
+    for (size_t i = 0; i < sizeof(spots) / sizeof(spots[0]); i++) {
+        memcpy(bad, key, n + 1);
+        bad[spots[i]] = subs[i];
+        assert_false(sl_api_key_parse(bad, n, pid, psecret));
+    }
+    assert_false(sl_api_key_parse(NULL, 0, pid, psecret));
+    assert_false(sl_api_key_parse("", 0, pid, psecret));
+}
+
+static void what_a_check_accepts(void **state)
+{
+    (void)state;
+    const char *secret = "00112233445566778899aabbccddeeff0011223344556677";
+    struct sl_key_facts f = {.exists = true, .tenant_id = "acme"};
+    sl_sha256_hex(secret, strlen(secret), f.secret_sha256);
+    int64_t now = 1790790233123456;
+    assert_true(sl_key_facts_accept(&f, secret, now));
+    assert_false(sl_key_facts_accept(&f, "10112233445566778899aabbccddeeff0011223344556677", now));
+    f.expires_at = now + 1;
+    assert_true(sl_key_facts_accept(&f, secret, now));
+    f.expires_at = now;
+    assert_false(sl_key_facts_accept(&f, secret, now)); /* expired at its instant */
+    f.expires_at = 0;
+    f.revoked_at = now - 5;
+    assert_false(sl_key_facts_accept(&f, secret, now));
+    f.revoked_at = 0;
+    f.exists = false;
+    assert_false(sl_key_facts_accept(&f, secret, now));
+    struct sl_key_facts none = {0}; /* no such key: an empty hash matches nothing */
+    assert_false(sl_key_facts_accept(&none, secret, now));
+}
+
+static void the_cache_forgets_and_expires(void **state)
+{
+    (void)state;
+    struct sl_key_cache *c = sl_key_cache_new();
+    assert_non_null(c);
+    struct sl_key_facts f = {.exists = true, .tenant_id = "acme"}, out;
+    int64_t t = 5000000;
+    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out));
+    sl_key_cache_put(c, "sl000000000001", &f, t);
+    assert_true(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US - 1, &out));
+    assert_string_equal(out.tenant_id, "acme");
+    assert_false(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US, &out));
+    assert_false(sl_key_cache_get(c, "sl000000000002", t, &out));
+    sl_key_cache_forget(c, "sl000000000001");
+    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out));
+    /* A clock that went back does not make an entry young. */
+    sl_key_cache_put(c, "sl000000000003", &f, t);
+    assert_false(sl_key_cache_get(c, "sl000000000003", t - 1, &out));
+    sl_key_cache_free(c);
+    /* No cache: nothing is ever remembered, nothing breaks. */
+    sl_key_cache_put(NULL, "sl000000000001", &f, t);
+    assert_false(sl_key_cache_get(NULL, "sl000000000001", t, &out));
+    sl_key_cache_forget(NULL, "sl000000000001");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(generate_and_parse),
+        cmocka_unit_test(what_a_check_accepts),
+        cmocka_unit_test(the_cache_forgets_and_expires),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
