@@ -298,3 +298,32 @@ def test_a_database_without_tenant_tables_keeps_working_without_tenancy(daemon_f
     sid = "nt-" + uuid.uuid4().hex[:10]
     r = c.post(f"{API}/resolve", json={"sandbox_id": sid, "workspace_scope_id": "s"})
     assert r.status == 200, r
+
+
+def test_fuzzed_credentials_all_answer_the_one_401(client):
+    """Random and mutated Authorization values: every one is the same 401,
+    and the service still answers the real key afterwards."""
+    import random
+    rng = random.Random(1404)
+    t = make_tenant(client)
+    k = make_key(client, t["tenant_id"])["api_key"]
+    alphabet = "sl_0123456789abcdefABCDEF-+/= \t"
+    values = []
+    for i in range(300):
+        if i % 3 == 0:
+            v = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 80)))
+        else:
+            chars = list(k)
+            for _ in range(rng.randint(1, 3)):
+                chars[rng.randrange(len(chars))] = rng.choice(alphabet)
+            v = "".join(chars)
+            if v == k:
+                continue
+        values.append("Bearer " + v if i % 5 else v)
+    bodies = set()
+    for v in values:
+        r = client.get("/api/v1/tenant", authorization=v)
+        assert r.status == 401, (v, r)
+        bodies.add(r.raw)
+    assert len(bodies) == 1, bodies
+    assert client.get("/api/v1/tenant", token=k).status == 200

@@ -2,6 +2,7 @@
  * the cache's life. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
@@ -42,6 +43,62 @@ static void generate_and_parse(void **state)
     }
     assert_false(sl_api_key_parse(NULL, 0, pid, psecret));
     assert_false(sl_api_key_parse("", 0, pid, psecret));
+}
+
+/* The shape, written again independently of the parser. */
+static bool is_key_shape(const char *s, size_t n)
+{
+    if (n != SL_API_KEY_LEN || s[0] != 's' || s[1] != 'l')
+        return false;
+    for (size_t i = 2; i < n; i++) {
+        bool hex = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+        if (i == SL_KEY_ID_LEN ? s[i] != '_' : !hex)
+            return false;
+    }
+    return true;
+}
+
+/* Fuzz: random strings and random mutations of a real key (bytes of any
+ * value, NUL included, lengths around the key's): the parser accepts
+ * exactly the key shape, and what it splits out rebuilds the input. */
+static void parse_fuzz(void **state)
+{
+    (void)state;
+    char id[SL_KEY_ID_LEN + 1], secret[SL_KEY_SECRET_LEN + 1], key[SL_API_KEY_LEN + 1];
+    assert_int_equal(sl_api_key_generate(id, secret, key), 0);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    static const char alphabet[] = "sl_0123456789abcdefABCDEF-gz \t\x01\xff";
+    char buf[SL_API_KEY_LEN + 8];
+    int accepted = 0;
+    for (int round = 0; round < 200000; round++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        size_t n;
+        if (round % 2) {
+            n = SL_API_KEY_LEN - 3 + (size_t)(x % 7);
+            for (size_t i = 0; i < n; i++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                buf[i] = alphabet[x % (sizeof(alphabet) - 1)];
+            }
+        } else {
+            n = SL_API_KEY_LEN;
+            memcpy(buf, key, n);
+            int flips = 1 + (int)(x % 3);
+            for (int f = 0; f < flips; f++) {
+                x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+                buf[x % n] = (char)(x >> 32);
+            }
+        }
+        char pid[SL_KEY_ID_LEN + 1], psecret[SL_KEY_SECRET_LEN + 1];
+        bool ok = sl_api_key_parse(buf, n, pid, psecret);
+        assert_int_equal(ok, is_key_shape(buf, n));
+        if (ok) {
+            accepted++;
+            char again[SL_API_KEY_LEN + 1];
+            snprintf(again, sizeof(again), "%s_%s", pid, psecret);
+            assert_memory_equal(again, buf, n);
+        }
+    }
+    assert_true(accepted > 0); /* some mutations stay keys (a hex digit for a hex digit) */
 }
 
 static void what_a_check_accepts(void **state)
@@ -96,6 +153,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(generate_and_parse),
+        cmocka_unit_test(parse_fuzz),
         cmocka_unit_test(what_a_check_accepts),
         cmocka_unit_test(the_cache_forgets_and_expires),
     };
