@@ -20,9 +20,11 @@ run_pkgs=(btrfs-progs python3-pip)
 # postgresql, mariadb-server: the store suite and the end-to-end tests run
 # again on real servers the tests start themselves (tests/db/run-with-*.sh);
 # redis-server: the registry's (tests/db/run-with-redis.sh).
+# mypy, python3-venv: the Python SDK is checked with mypy --strict and
+# installed with pip into a fresh venv, offline (tests/e2e/test_sdk_python.py).
 test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
-           mariadb-server redis-server)
+           mariadb-server redis-server mypy python3-venv)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")

@@ -1,0 +1,106 @@
+"""The connection to a Sandloom service: one authenticated JSON request at a
+time over ``http.client``, errors raised as the typed exceptions of
+``sandloom.errors``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import urllib.parse
+from typing import Any, Dict, List, Mapping, Optional
+
+from .errors import ConnectionFailed, SandloomError, error_for
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+JSON = Dict[str, Any]
+
+
+class Client:
+    """Where the service is and who is asking.
+
+    ``url`` defaults to ``$SANDLOOM_URL`` (else ``http://127.0.0.1:8080``);
+    ``api_key`` to ``$SANDLOOM_API_KEY`` (a tenant's key, or the operator's
+    internal token). ``timeout`` bounds each request, in seconds, beyond the
+    time a command itself may run."""
+
+    def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None,
+                 timeout: float = 60.0) -> None:
+        self.url = (url or os.environ.get("SANDLOOM_URL") or DEFAULT_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("SANDLOOM_API_KEY")
+        if not key:
+            raise SandloomError("SANDLOOM_API_KEY_MISSING",
+                                "no API key: pass api_key= or set SANDLOOM_API_KEY", 0)
+        self.api_key = key
+        self.timeout = timeout
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SandloomError("SANDLOOM_URL_INVALID",
+                                f"the service URL must be http(s)://host[:port], not {self.url!r}",
+                                0)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port or (443 if self._https else 80)
+        self._prefix = parts.path.rstrip("/")
+
+    def __repr__(self) -> str:
+        return f"Client(url={self.url!r})"  # never the key
+
+    def request(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None,
+                query: Optional[Mapping[str, Any]] = None,
+                timeout: Optional[float] = None) -> JSON:
+        """One request; the answer's JSON object, or a typed exception."""
+        target = self._prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode({k: v for k, v in query.items()
+                                                    if v is not None})
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        conn: http.client.HTTPConnection
+        wait = self.timeout if timeout is None else timeout
+        if self._https:
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=wait)
+        else:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=wait)
+        try:
+            conn.request(method, target, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+            status = resp.status
+        except (OSError, http.client.HTTPException, socket.timeout) as e:
+            raise ConnectionFailed("SANDLOOM_CONNECTION_FAILED",
+                                   f"{method} {path}: {e.__class__.__name__}: {e}", 0) from e
+        finally:
+            conn.close()
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {"detail": raw.decode("utf-8", "replace")}
+        if 200 <= status < 300:
+            return doc if isinstance(doc, dict) else {"value": doc}
+        detail = doc.get("detail") if isinstance(doc, dict) else None
+        if isinstance(detail, dict):
+            code = str(detail.get("code") or f"HTTP_{status}")
+            message = str(detail.get("message") or code)
+        else:
+            code = str(detail) if detail else f"HTTP_{status}"
+            message = code
+        raise error_for(code, message, status)
+
+    # -- the service's own routes -------------------------------------------
+    def tenant(self) -> JSON:
+        """Who the API key is: its tenant and quotas (GET /api/v1/tenant)."""
+        return self.request("GET", "/api/v1/tenant")
+
+    def templates(self) -> List[JSON]:
+        """The template catalog, by name."""
+        return list(self.request("GET", "/api/v1/templates").get("templates", []))
+
+    def remove_template(self, name: str) -> bool:
+        """Unpublish a template; False when there was none by that name."""
+        r = self.request("DELETE", "/api/v1/templates/" + urllib.parse.quote(name, safe=""))
+        return r.get("status") == "REMOVED"
