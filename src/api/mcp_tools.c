@@ -1,8 +1,12 @@
-/* The 13 MCP tools (spec MCP.md §2–§4). Each validates its arguments as the
- * matching REST route does, calls the same sl_svc_* function and reshapes
- * the document where the MCP result model differs (SandboxRouteInfo,
- * ProfileInfo, ...). A refusal becomes a tool result with isError true,
- * never a protocol error, so the agent can read it and recover. */
+/* The 13 MCP tools (spec MCP.md §2–§4), and ours beside them (issue 14:
+ * listing, directories, delete, move, and files as UTF-8 text). Each
+ * validates its arguments as the matching REST route does, calls the same
+ * sl_svc_* function and reshapes the document where the MCP result model
+ * differs (SandboxRouteInfo, ProfileInfo, ...). A refusal becomes a tool
+ * result with isError true, never a protocol error, so the agent can read
+ * it and recover. */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +16,7 @@
 #include "api/exec_request.h"
 #include "api/mcp.h"
 #include "api/validate.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -114,6 +119,46 @@ static const struct field IN_READ[] = {{"sandbox_id", F_STR, true, D_SANDBOX, NU
                                        {"path", F_STR, true, D_PATH, NULL},
                                        {0}};
 
+/* Ours (additive tools). */
+static const struct field IN_LIST[] = {
+    {"sandbox_id", F_STR, true, D_SANDBOX, NULL},
+    {"generation", F_INT, true, D_GENERATION, NULL},
+    {"path", F_STR, true, "Directory under /workspace", NULL},
+    {"limit", F_INT, false, "Entries per page, 1-10000 (the worker caps it at its own limit)",
+     "200"},
+    {"offset", F_INT, false, "Entries to skip (sorted by name)", "0"},
+    {0},
+};
+static const struct field IN_MKDIR[] = {
+    {"sandbox_id", F_STR, true, D_SANDBOX, NULL},
+    {"generation", F_INT, true, D_GENERATION, NULL},
+    {"path", F_STR, true, D_PATH, NULL},
+    {"parents", F_BOOL, false, "Create missing parent directories too", "false"},
+    {0},
+};
+static const struct field IN_DELETE[] = {
+    {"sandbox_id", F_STR, true, D_SANDBOX, NULL},
+    {"generation", F_INT, true, D_GENERATION, NULL},
+    {"path", F_STR, true, D_PATH, NULL},
+    {"recursive", F_BOOL, false, "Delete a directory and everything in it", "false"},
+    {0},
+};
+static const struct field IN_MOVE[] = {
+    {"sandbox_id", F_STR, true, D_SANDBOX, NULL},
+    {"generation", F_INT, true, D_GENERATION, NULL},
+    {"source", F_STR, true, D_PATH, NULL},
+    {"destination", F_STR, true, D_PATH, NULL},
+    {"overwrite", F_BOOL, false, "Replace an existing destination", "false"},
+    {0},
+};
+static const struct field IN_WRITE_TEXT[] = {
+    {"sandbox_id", F_STR, true, D_SANDBOX, NULL},
+    {"generation", F_INT, true, D_GENERATION, NULL},
+    {"path", F_STR, true, D_PATH, NULL},
+    {"text", F_STR, true, "File content as text, written as UTF-8", NULL},
+    {0},
+};
+
 /* Result models. Fields a result may lack are not required. */
 static const struct field OUT_PROFILE[] = {
     {"profile_id", F_STR, true, NULL, NULL},      {"profile_hash", F_STR, true, NULL, NULL},
@@ -184,6 +229,24 @@ static const struct field OUT_WRITE[] = {{"sandbox_id", F_STR, true, NULL, NULL}
                                          {0}};
 static const struct field OUT_READ[] = {
     {"path", F_STR, true, NULL, NULL}, {"content_base64", F_STR, true, NULL, NULL}, {0}};
+static const struct field OUT_LIST[] = {
+    {"path", F_STR, true, NULL, NULL},       {"entries", F_OBJ_LIST, true, NULL, NULL},
+    {"total", F_INT, true, NULL, NULL},      {"has_more", F_BOOL, true, NULL, NULL},
+    {0}};
+static const struct field OUT_PATH_OK[] = {
+    {"status", F_STR, true, NULL, NULL}, {"path", F_STR, true, NULL, NULL}, {0}};
+static const struct field OUT_MOVE[] = {{"status", F_STR, true, NULL, NULL},
+                                        {"source", F_STR, true, NULL, NULL},
+                                        {"destination", F_STR, true, NULL, NULL},
+                                        {0}};
+static const struct field OUT_WRITE_TEXT[] = {
+    {"sandbox_id", F_STR, true, NULL, NULL}, {"generation", F_INT, true, NULL, NULL},
+    {"path", F_STR, true, NULL, NULL},       {"status", F_STR, true, NULL, NULL},
+    {"bytes", F_INT, true, NULL, NULL},      {0}};
+static const struct field OUT_READ_TEXT[] = {{"path", F_STR, true, NULL, NULL},
+                                             {"text", F_STR, true, NULL, NULL},
+                                             {"bytes", F_INT, true, NULL, NULL},
+                                             {0}};
 static const struct field OUT_SUSPEND[] = {
     {"sandbox_id", F_STR, true, NULL, NULL},
     {"generation", F_INT, true, NULL, NULL},
@@ -573,6 +636,156 @@ static json_t *t_release(struct sl_service *svc, const json_t *args, struct sl_e
 
 /* ---- the table -------------------------------------------------------------- */
 
+/* ---- ours: directories, moves, and files as text ------------------------ */
+
+/* A path argument as the REST routes take it: 1-4096 characters. */
+static struct sl_file_path arg_path(struct sl_validation *v, const json_t *args, const char *field)
+{
+    struct sl_file_path p = {0};
+    p.s = sl_v_string_n(v, args, field, true, 1, MAX_PATH_CHARS, &p.len);
+    return p;
+}
+
+static json_t *t_list_dir(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path path = arg_path(&v, args, "path");
+    int64_t limit = 200, offset = 0;
+    sl_v_int(&v, args, "limit", false, 1, 10000, 200, &limit);
+    sl_v_int(&v, args, "offset", false, 0, INT64_MAX, 0, &offset);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v))
+        fail_invalid(err, &v);
+    else
+        out = sl_svc_file_list(svc, id, generation, path, limit, offset, err);
+    sl_v_free(&v);
+    return out;
+}
+
+static json_t *t_make_dir(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path path = arg_path(&v, args, "path");
+    bool parents = false;
+    sl_v_bool(&v, args, "parents", false, &parents);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v))
+        fail_invalid(err, &v);
+    else
+        out = sl_svc_file_mkdir(svc, id, generation, path, parents, err);
+    sl_v_free(&v);
+    return out;
+}
+
+static json_t *t_delete_path(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path path = arg_path(&v, args, "path");
+    bool recursive = false;
+    sl_v_bool(&v, args, "recursive", false, &recursive);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v))
+        fail_invalid(err, &v);
+    else
+        out = sl_svc_file_delete(svc, id, generation, path, recursive, err);
+    sl_v_free(&v);
+    return out;
+}
+
+static json_t *t_move_path(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path src = arg_path(&v, args, "source");
+    struct sl_file_path dst = arg_path(&v, args, "destination");
+    bool overwrite = false;
+    sl_v_bool(&v, args, "overwrite", false, &overwrite);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v))
+        fail_invalid(err, &v);
+    else
+        out = sl_svc_file_move(svc, id, generation, src, dst, overwrite, err);
+    sl_v_free(&v);
+    return out;
+}
+
+static json_t *t_write_text(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path path = arg_path(&v, args, "path");
+    size_t len = 0;
+    /* The file API's byte limit is checked by the write itself. */
+    const char *text = sl_v_string_n(&v, args, "text", true, 0, MAX_B64_CHARS, &len);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v)) {
+        fail_invalid(err, &v);
+    } else {
+        _cleanup_free_ char *b64 = sl_base64_encode(text, len);
+        _cleanup_json_ json_t *doc =
+            b64 ? sl_svc_file_write(svc, id, generation, path, b64, strlen(b64), err) : NULL;
+        if (!b64)
+            sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        else if (doc)
+            out = json_pack("{s:s,s:I,s:O,s:s,s:I}", "sandbox_id", id, "generation",
+                            (json_int_t)generation, "path", json_object_get(args, "path"),
+                            "status", "WRITTEN", "bytes", (json_int_t)len);
+    }
+    sl_v_free(&v);
+    return out;
+}
+
+static json_t *t_read_text(struct sl_service *svc, const json_t *args, struct sl_error *err)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    const char *id = arg_id(&v, args, "sandbox_id");
+    int64_t generation = arg_generation(&v, args);
+    struct sl_file_path path = {0};
+    path.s = sl_v_string_n(&v, args, "path", true, 0, SIZE_MAX, &path.len);
+    json_t *out = NULL;
+    if (!sl_v_ok(&v)) {
+        fail_invalid(err, &v);
+        sl_v_free(&v);
+        return NULL;
+    }
+    sl_v_free(&v);
+    _cleanup_json_ json_t *doc = sl_svc_file_read(svc, id, generation, path, err);
+    if (!doc)
+        return NULL;
+    const char *b64 = json_string_value(json_object_get(doc, "content_base64"));
+    struct sl_buf raw;
+    sl_buf_init(&raw, SIZE_MAX);
+    if (sl_base64_decode_strict(b64 ? b64 : "", b64 ? strlen(b64) : 0, &raw, SIZE_MAX, err) < 0)
+        return NULL;
+    /* json_stringn refuses what is not UTF-8: such a file is read with
+     * sandbox_read_file, as base64. */
+    json_t *text = json_stringn(raw.data ? raw.data : "", raw.len);
+    if (!text) {
+        sl_buf_free(&raw);
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                     "the file is not UTF-8 text: read it with sandbox_read_file (base64)");
+        return NULL;
+    }
+    out = json_pack("{s:O,s:o,s:I}", "path", json_object_get(args, "path"), "text", text, "bytes",
+                    (json_int_t)raw.len);
+    sl_buf_free(&raw);
+    return out;
+}
+
 struct tool {
     const char *name;
     const char *title; /* only sandbox_profile has one (MCP.md §2) */
@@ -628,6 +841,30 @@ static const struct tool TOOLS[] = {
      "Release the sandbox: kill its processes and discard its workspace. Always call it when "
      "done; an unknown id is already released.",
      RELEASE, IN_SANDBOX, OUT_RELEASE, t_release},
+    /* Ours, additive: the same service calls as the REST file routes. */
+    {"sandbox_list_dir", NULL,
+     "List a directory under /workspace: name, path, type, size, mtime and mode of each entry, "
+     "sorted by name, paged with limit and offset.",
+     READ_ONLY, IN_LIST, OUT_LIST, t_list_dir},
+    {"sandbox_make_dir", NULL, "Create a directory under /workspace (parents=true: with its "
+                               "missing parents).",
+     IDEMPOTENT_WRITE, IN_MKDIR, OUT_PATH_OK, t_make_dir},
+    {"sandbox_delete_path", NULL,
+     "Delete a file, or a directory (recursive=true for one that is not empty), under "
+     "/workspace.",
+     RELEASE, IN_DELETE, OUT_PATH_OK, t_delete_path},
+    {"sandbox_move_path", NULL,
+     "Move or rename a file or directory under /workspace (overwrite=true replaces an existing "
+     "destination).",
+     RELEASE, IN_MOVE, OUT_MOVE, t_move_path},
+    {"sandbox_write_text", NULL,
+     "Write a text file under /workspace atomically, as UTF-8 (sandbox_write_file takes "
+     "base64 for binary content).",
+     IDEMPOTENT_WRITE, IN_WRITE_TEXT, OUT_WRITE_TEXT, t_write_text},
+    {"sandbox_read_text", NULL,
+     "Read a text file under /workspace as UTF-8 (a file that is not UTF-8 is refused: read it "
+     "with sandbox_read_file, as base64).",
+     READ_ONLY, IN_READ, OUT_READ_TEXT, t_read_text},
 };
 
 json_t *sl_mcp_tools_list(void)

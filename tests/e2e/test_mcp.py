@@ -22,6 +22,9 @@ TOOLS = {"sandbox_profile", "sandbox_resolve", "sandbox_create", "sandbox_status
          "sandbox_audit_get", "sandbox_exec", "sandbox_exec_status", "sandbox_cancel",
          "sandbox_write_file", "sandbox_read_file", "sandbox_suspend", "sandbox_resume",
          "sandbox_release"}
+# Ours, additive (issue 14): beside the reference's 13, never instead.
+OURS = {"sandbox_list_dir", "sandbox_make_dir", "sandbox_delete_path", "sandbox_move_path",
+        "sandbox_write_text", "sandbox_read_text"}
 PRESETS = {
     "READ_ONLY": {"readOnlyHint": True, "idempotentHint": True, "openWorldHint": False},
     "IDEMPOTENT_WRITE": {"readOnlyHint": False, "destructiveHint": False,
@@ -38,6 +41,9 @@ ANNOTATIONS = {
     "sandbox_write_file": "IDEMPOTENT_WRITE", "sandbox_read_file": "READ_ONLY",
     "sandbox_suspend": "IDEMPOTENT_WRITE", "sandbox_resume": "IDEMPOTENT_WRITE",
     "sandbox_release": "RELEASE",
+    "sandbox_list_dir": "READ_ONLY", "sandbox_make_dir": "IDEMPOTENT_WRITE",
+    "sandbox_delete_path": "RELEASE", "sandbox_move_path": "RELEASE",
+    "sandbox_write_text": "IDEMPOTENT_WRITE", "sandbox_read_text": "READ_ONLY",
 }
 REQUIRED_ARGS = {
     "sandbox_profile": set(), "sandbox_resolve": {"sandbox_id", "workspace_scope_id"},
@@ -50,6 +56,12 @@ REQUIRED_ARGS = {
     "sandbox_read_file": {"sandbox_id", "generation", "path"},
     "sandbox_suspend": {"sandbox_id", "generation"}, "sandbox_resume": {"sandbox_id"},
     "sandbox_release": {"sandbox_id"},
+    "sandbox_list_dir": {"sandbox_id", "generation", "path"},
+    "sandbox_make_dir": {"sandbox_id", "generation", "path"},
+    "sandbox_delete_path": {"sandbox_id", "generation", "path"},
+    "sandbox_move_path": {"sandbox_id", "generation", "source", "destination"},
+    "sandbox_write_text": {"sandbox_id", "generation", "path", "text"},
+    "sandbox_read_text": {"sandbox_id", "generation", "path"},
 }
 ROUTE_INFO = {"sandbox_id", "generation", "status", "storage_mode", "profile_id",
               "profile_hash", "worker_id"}
@@ -146,13 +158,15 @@ def c(daemon):
 
 
 # -- tools/list ------------------------------------------------------------------------------
-def test_tools_list_has_exactly_the_13_tools_with_schemas(c):
+def test_tools_list_has_the_13_tools_and_ours_with_schemas(c):
     r = modern(c, "tools/list")
     assert r.status == 200, r
     result = r.body["result"]
     assert result["resultType"] == "complete", result
     tools = {t["name"]: t for t in result["tools"]}
-    assert set(tools) == TOOLS and len(result["tools"]) == 13, sorted(tools)
+    assert set(tools) == TOOLS | OURS and len(result["tools"]) == 13 + len(OURS), sorted(tools)
+    # The reference's come first, in its order; ours after them.
+    assert set(t["name"] for t in result["tools"][:13]) == TOOLS
     for name, t in tools.items():
         assert isinstance(t.get("description"), str) and t["description"], t
         schema = t.get("inputSchema")
@@ -553,7 +567,7 @@ def test_legacy_initialize_flow(c, version):
     # No _meta, no Mcp-Method / Mcp-Name: the earlier revisions have none.
     r = post(c, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=h)
     assert r.status == 200, r
-    assert {t["name"] for t in r.body["result"]["tools"]} == TOOLS, r
+    assert {t["name"] for t in r.body["result"]["tools"]} == TOOLS | OURS, r
     assert "resultType" not in r.body["result"], r
 
     r = post(c, {"jsonrpc": "2.0", "id": "two", "method": "tools/call",
@@ -607,3 +621,50 @@ def raw_post(c, body, header_items):
     finally:
         conn.close()
 
+
+
+# -- ours: directories, moves, text files ------------------------------------------------
+def test_our_file_tools_list_make_move_delete_and_read_text(c):
+    sid = uid("mcp-files")
+    ok(c, "sandbox_resolve", sandbox_id=sid, workspace_scope_id="s")
+    gen = ok(c, "sandbox_status", sandbox_id=sid)["generation"]
+    ok(c, "sandbox_create", sandbox_id=sid, generation=gen)
+    base = {"sandbox_id": sid, "generation": gen}
+    try:
+        assert ok(c, "sandbox_make_dir", **base, path="/workspace/a/b", parents=True) == \
+            {"status": "ok", "path": "/workspace/a/b"}
+        text = "héllo, wörld\nzweite Zeile ✓\n"
+        w = ok(c, "sandbox_write_text", **base, path="/workspace/a/b/t.txt", text=text)
+        assert w["status"] == "WRITTEN" and w["bytes"] == len(text.encode()), w
+        r = ok(c, "sandbox_read_text", **base, path="/workspace/a/b/t.txt")
+        assert r["text"] == text and r["bytes"] == len(text.encode()), r
+        # The same bytes through the reference's base64 tool.
+        b = ok(c, "sandbox_read_file", **base, path="/workspace/a/b/t.txt")
+        assert base64.b64decode(b["content_base64"]).decode() == text
+        listing = ok(c, "sandbox_list_dir", **base, path="/workspace/a/b")
+        assert [e["name"] for e in listing["entries"]] == ["t.txt"] and listing["total"] == 1
+        assert listing["entries"][0]["type"] == "file"
+        moved = ok(c, "sandbox_move_path", **base, source="/workspace/a/b/t.txt",
+                   destination="/workspace/a/u.txt")
+        assert moved["status"] == "ok", moved
+        assert [e["name"] for e in ok(c, "sandbox_list_dir", **base, path="/workspace/a")
+                ["entries"]] == ["b", "u.txt"]
+        # Binary content is refused as text, and named the way out.
+        ok(c, "sandbox_write_file", **base, path="/workspace/bin",
+           content_base64=base64.b64encode(b"\xff\xfe\x00").decode())
+        msg = tool_error(c, "sandbox_read_text", **base, path="/workspace/bin")
+        assert "not UTF-8" in msg and "sandbox_read_file" in msg, msg
+        # A directory that is not empty needs recursive.
+        tool_error(c, "sandbox_delete_path", **base, path="/workspace/a")
+        ok(c, "sandbox_delete_path", **base, path="/workspace/a", recursive=True)
+        assert [e["name"] for e in ok(c, "sandbox_list_dir", **base, path="/workspace")
+                ["entries"]] == ["bin"]
+        # Bad arguments are the tool's refusal, fields named.
+        assert "path" in tool_error(c, "sandbox_list_dir", **base)
+        assert "limit" in tool_error(c, "sandbox_list_dir", **base, path="/workspace", limit=0)
+        assert "text" in tool_error(c, "sandbox_write_text", **base, path="/workspace/x", text=5)
+        # A stale generation is refused like every other tool's.
+        stale = {"sandbox_id": sid, "generation": gen + 5}
+        assert "STALE" in tool_error(c, "sandbox_list_dir", **stale, path="/workspace")
+    finally:
+        ok(c, "sandbox_release", sandbox_id=sid)

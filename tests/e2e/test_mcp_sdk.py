@@ -25,6 +25,9 @@ TOOLS = {"sandbox_profile", "sandbox_resolve", "sandbox_create", "sandbox_status
          "sandbox_audit_get", "sandbox_exec", "sandbox_exec_status", "sandbox_cancel",
          "sandbox_write_file", "sandbox_read_file", "sandbox_suspend", "sandbox_resume",
          "sandbox_release"}
+# Ours, additive (issue 14).
+OURS = {"sandbox_list_dir", "sandbox_make_dir", "sandbox_delete_path", "sandbox_move_path",
+        "sandbox_write_text", "sandbox_read_text"}
 MIN_NODE = 18  # the SDK's engines field
 
 
@@ -103,8 +106,13 @@ def test_official_typescript_sdk_client(daemon, sdk_dir):
     assert "tools" in out["capabilities"], out
     assert "sandbox_release" in (out["instructions"] or ""), out
 
-    assert set(out["tools"]) == TOOLS and len(out["tools"]) == 13, out["tools"]
+    assert set(out["tools"]) == TOOLS | OURS and len(out["tools"]) == 13 + len(OURS), out["tools"]
     assert out["titles"] == {"sandbox_profile": "Sandbox runtime profile"}, out["titles"]
+
+    # Ours through the official client: the text round trip and a listing.
+    assert out["writeText"]["isError"] is False, out["writeText"]
+    assert out["readText"]["structured"]["text"] == "née ✓\n", out["readText"]
+    assert "n.txt" in [e["name"] for e in out["listDir"]["structured"]["entries"]], out["listDir"]
 
     # Every structured result passed the SDK's outputSchema validation.
     assert out["profile"]["isError"] is False, out["profile"]

@@ -62,6 +62,12 @@ try {
       exec_id: `sdk-${Date.now()}`,
       argv: ["/bin/sh", "-c", "echo sdk-marker-$((6 * 7))"],
     });
+    // Ours: text files and a listing, their results checked by the SDK
+    // against the outputSchema like the reference's.
+    const base = { sandbox_id: sandboxId, generation };
+    out.writeText = await tool("sandbox_write_text", { ...base, path: "/workspace/n.txt", text: "née ✓\n" });
+    out.readText = await tool("sandbox_read_text", { ...base, path: "/workspace/n.txt" });
+    out.listDir = await tool("sandbox_list_dir", { ...base, path: "/workspace" });
     out.staleExec = await tool("sandbox_exec", {
       sandbox_id: sandboxId,
       generation: generation + 10,
