@@ -96,6 +96,28 @@ static struct peer_slot *slot_for(struct sl_auth_guard *g, const uint8_t key[16]
     return oldest;
 }
 
+bool sl_auth_guard_throttled(struct sl_auth_guard *g, const struct sockaddr *peer, int64_t now_us)
+{
+    uint8_t key[16];
+    char text[64];
+    (void)peer_key(peer, key, text, sizeof(text));
+    bool throttled = false;
+    pthread_mutex_lock(&g->lock);
+    uint32_t h = hash16(key);
+    for (int i = 0; i < PROBE; i++) {
+        struct peer_slot *s = &g->peers[(h + (uint32_t)i) % SL_AUTH_PEERS];
+        if (!s->used)
+            break;
+        if (memcmp(s->addr, key, 16) == 0) {
+            throttled = now_us - s->window_start_us <= SL_AUTH_WINDOW_US &&
+                        (int64_t)s->failures >= g->free_failures;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g->lock);
+    return throttled;
+}
+
 void sl_auth_guard_fail(struct sl_auth_guard *g, const struct sockaddr *peer, int64_t now_us,
                         struct sl_auth_verdict *out)
 {

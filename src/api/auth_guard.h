@@ -39,6 +39,9 @@ struct sl_auth_verdict {
 
 struct sl_auth_guard *sl_auth_guard_new(int64_t free_failures);
 void sl_auth_guard_free(struct sl_auth_guard *g);
+/* Whether `peer` is past its free failures in the current window (its next
+ * failure would be delayed). Counts nothing. */
+bool sl_auth_guard_throttled(struct sl_auth_guard *g, const struct sockaddr *peer, int64_t now_us);
 /* Record one failed authentication from `peer` (NULL: unknown) at now_us. */
 void sl_auth_guard_fail(struct sl_auth_guard *g, const struct sockaddr *peer, int64_t now_us,
                         struct sl_auth_verdict *out);

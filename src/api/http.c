@@ -49,6 +49,7 @@ struct sl_http {
     struct sl_service *svc;
     struct sl_pool *handlers; /* runs route handlers off MHD's event threads */
     struct sl_pool *forwards; /* runs forwards to owners (api/forward.h) */
+    struct sl_pool *key_checks; /* API keys asked of the store (run_key_check) */
     const struct sl_config *cfg;
     char *expected_auth;      /* "Bearer <token>" */
     size_t expected_len;
@@ -570,11 +571,6 @@ static void note_unknown_fields(struct conn_state *st, const json_t *body)
 static void run_handler(void *arg)
 {
     struct conn_state *st = arg;
-    /* A tenant key reaches only the routes that keep to its tenant. */
-    if (st->principal.kind == SL_PRINCIPAL_TENANT && !st->route->tenant) {
-        answer_error(st, SL_E_TENANT_FORBIDDEN, NULL);
-        return;
-    }
     /* GET /internal/v1/health is the protocol's one route with no fence. */
     if (st->route->internal && strcmp(st->route->pattern, "/internal/v1/health") != 0 &&
         !internal_fence(st))
@@ -749,8 +745,17 @@ static void run_key_check(void *arg)
     MHD_resume_connection(st->conn);
 }
 
+static bool peer_throttled(struct sl_http *http, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    return sl_auth_guard_throttled(http->auth_guard, ci ? ci->client_addr : NULL, sl_mono_us());
+}
+
 /* The first call's checks once the caller is known: the route exists, takes
- * this method, and its body cap admits the declared length. */
+ * this method and this caller (a tenant key only where the route keeps to
+ * the tenant's own: 403 before any body is read), and its body cap admits
+ * the declared length. */
 static enum MHD_Result after_auth(struct conn_state *st, struct MHD_Connection *conn)
 {
     if (st->match == SL_MATCH_NONE) {
@@ -761,6 +766,10 @@ static enum MHD_Result after_auth(struct conn_state *st, struct MHD_Connection *
         st->phase = PH_DONE;
         return queue_error(st, conn, SL_E_METHOD_NOT_ALLOWED,
                            "this path does not accept this method", st->allow);
+    }
+    if (st->principal.kind == SL_PRINCIPAL_TENANT && !st->route->tenant) {
+        st->phase = PH_DONE;
+        return queue_error(st, conn, SL_E_TENANT_FORBIDDEN, NULL, NULL);
     }
     sl_buf_init(&st->body, route_max_body(st->route));
     if (content_length_too_large(conn, route_max_body(st->route))) {
@@ -815,11 +824,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             enum auth_outcome auth = authenticate(st, conn);
             if (auth == AUTH_REFUSED)
                 return refuse_unauthorized(st, conn, url);
+            if (auth == AUTH_NEEDS_STORE && peer_throttled(http, conn)) {
+                /* A peer that keeps failing gets no store lookup: only its
+                 * (delayed) 401. Its keys, real or not, wait for the window. */
+                explicit_bzero(st->key_secret, sizeof(st->key_secret));
+                return refuse_unauthorized(st, conn, url);
+            }
             if (auth == AUTH_NEEDS_STORE) {
                 st->phase = PH_CHECKING_KEY;
                 st->conn = conn;
                 MHD_suspend_connection(conn);
-                if (sl_pool_submit(http->handlers, run_key_check, st) < 0) {
+                if (sl_pool_submit(http->key_checks, run_key_check, st) < 0) {
                     explicit_bzero(st->key_secret, sizeof(st->key_secret));
                     answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");
                 }
@@ -1139,7 +1154,11 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     http->forwards = http->handlers ? sl_pool_new_lazy("sl-forward", SL_HTTP_FORWARD_THREADS,
                                                        SL_HTTP_MAX_QUEUED)
                                     : NULL;
-    if (!http->forwards) {
+    http->key_checks = http->forwards ? sl_pool_new_lazy("sl-keycheck", SL_HTTP_KEY_CHECK_THREADS,
+                                                         SL_HTTP_KEY_CHECKS_QUEUED)
+                                      : NULL;
+    if (!http->key_checks) {
+        sl_pool_free(http->forwards);
         sl_pool_free(http->handlers);
         http->handlers = NULL;
     }
@@ -1174,6 +1193,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     if (!http->daemon) {
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
+        sl_pool_free(http->key_checks);
         sl_pool_free(http->handlers);
         sl_pool_free(http->forwards);
         penalty_free(http);
@@ -1195,6 +1215,9 @@ void sl_http_stop(struct sl_http *http)
      * finishes every command first), since MHD frees the connections. */
     MHD_quiesce_daemon(http->daemon);
     penalty_stop(http); /* answers the delayed 401s now: MHD frees suspended connections */
+    /* Key checks first: a connection they resume may still dispatch to the
+     * handler pool, which must be alive then. */
+    sl_pool_free(http->key_checks);
     sl_pool_free(http->handlers);
     sl_pool_free(http->forwards);
     MHD_stop_daemon(http->daemon);

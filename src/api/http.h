@@ -35,6 +35,11 @@ struct sl_http;
 #define SL_HTTP_MAX_QUEUED 8192
 /* Forwards to owners waiting at once (api/forward.h); more queue. */
 #define SL_HTTP_FORWARD_THREADS 64
+/* API keys the cache could not vouch for, asked of the store at once; more
+ * queue, and beyond SL_HTTP_KEY_CHECKS_QUEUED a 503. On a pool of their
+ * own, so keys nobody issued (a guesser's) never hold the handler threads. */
+#define SL_HTTP_KEY_CHECK_THREADS 2
+#define SL_HTTP_KEY_CHECKS_QUEUED 256
 
 struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *svc,
                               struct sl_error *err);

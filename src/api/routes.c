@@ -721,8 +721,13 @@ static const json_t *v_quotas(struct sl_validation *v, const json_t *body, bool 
         bool known = false;
         for (const char *const *n = sl_tenant_quota_names; *n && !known; n++)
             known = strcmp(*n, name) == 0;
+        /* The name in the error, cut at a character boundary: half a
+         * character would make the entry invalid UTF-8 and lose it. */
+        size_t keep = strlen(name) > 80 ? 80 : strlen(name);
+        while (keep > 0 && ((unsigned char)name[keep] & 0xC0) == 0x80)
+            keep--;
         char field[96];
-        snprintf(field, sizeof(field), "quotas.%.80s", name);
+        snprintf(field, sizeof(field), "quotas.%.*s", (int)keep, name);
         if (!known)
             sl_v_fail(v, field, "is not a known limit (sandboxes, running_sessions, "
                                 "commands_in_flight, workspace_bytes, sandbox_memory_bytes, "
@@ -789,6 +794,8 @@ static void h_key_create(struct sl_request *req, struct sl_response *resp)
     struct sl_validation v;
     sl_v_init(&v);
     const char *name = sl_v_string(&v, req->body, "name", true, 1, 128, false, NULL);
+    if (name && strlen(name) > 128)
+        sl_v_fail(&v, "name", "must be at most 128 bytes of UTF-8");
     for (const char *p = name; p && *p; p++)
         if ((unsigned char)*p < 0x20 || *p == 0x7f) {
             sl_v_fail(&v, "name", "must not hold control characters");

@@ -15,17 +15,25 @@ static const char *const LOC_FIELDS[] = {
     "background", "exec_scope",      "path",            "content_base64", "sandbox_id",
     "workspace_scope_id", NULL};
 
-void sl_v_init(struct sl_validation *v) { v->errors = json_array(); }
+void sl_v_init(struct sl_validation *v)
+{
+    v->errors = json_array();
+    v->failed = false;
+}
 void sl_v_free(struct sl_validation *v)
 {
     json_decref(v->errors);
     v->errors = NULL;
 }
-bool sl_v_ok(const struct sl_validation *v) { return json_array_size(v->errors) == 0; }
+bool sl_v_ok(const struct sl_validation *v)
+{
+    return !v->failed && json_array_size(v->errors) == 0;
+}
 
 void sl_v_fail_in(struct sl_validation *v, enum sl_v_in in, const char *field, const char *why,
                   ...)
 {
+    v->failed = true;
     if (json_array_size(v->errors) >= MAX_ERRORS)
         return;
     /* loc[1] as the reference computes it: the field's name without an

@@ -19,6 +19,9 @@
 
 struct sl_validation {
     json_t *errors; /* array, owned */
+    /* A failure was recorded (even one whose entry could not be built, or
+     * past the 20 kept): never ok again. */
+    bool failed;
 };
 
 void sl_v_init(struct sl_validation *v);

@@ -58,6 +58,7 @@ bool sl_key_facts_accept(const struct sl_key_facts *f, const char *secret, int64
 struct slot {
     char key_id[SL_KEY_ID_LEN + 1]; /* "" = empty */
     int64_t fetched_mono_us;
+    uint64_t forgets; /* bumped by every forget of this slot */
     struct sl_key_facts facts;
 };
 
@@ -91,31 +92,43 @@ static struct slot *slot_of(struct sl_key_cache *c, const char *key_id)
     return &c->slots[h % SL_KEY_CACHE_SLOTS];
 }
 
-bool sl_key_cache_get(struct sl_key_cache *c, const char *key_id, int64_t mono_us,
-                      struct sl_key_facts *out)
+static bool fresh(const struct slot *s, int64_t mono_us)
 {
+    return s->key_id[0] && mono_us >= s->fetched_mono_us &&
+           mono_us - s->fetched_mono_us < SL_KEY_CACHE_TTL_US;
+}
+
+bool sl_key_cache_get(struct sl_key_cache *c, const char *key_id, int64_t mono_us,
+                      struct sl_key_facts *out, uint64_t *ticket)
+{
+    *ticket = 0;
     if (!c)
         return false;
     pthread_mutex_lock(&c->lock);
     struct slot *s = slot_of(c, key_id);
-    bool hit = strcmp(s->key_id, key_id) == 0 && mono_us - s->fetched_mono_us < SL_KEY_CACHE_TTL_US &&
-               mono_us >= s->fetched_mono_us;
+    bool hit = strcmp(s->key_id, key_id) == 0 && fresh(s, mono_us);
     if (hit)
         *out = s->facts;
+    *ticket = s->forgets;
     pthread_mutex_unlock(&c->lock);
     return hit;
 }
 
 void sl_key_cache_put(struct sl_key_cache *c, const char *key_id, const struct sl_key_facts *f,
-                      int64_t mono_us)
+                      int64_t mono_us, uint64_t ticket)
 {
     if (!c)
         return;
     pthread_mutex_lock(&c->lock);
     struct slot *s = slot_of(c, key_id);
-    snprintf(s->key_id, sizeof(s->key_id), "%s", key_id);
-    s->fetched_mono_us = mono_us;
-    s->facts = *f;
+    bool raced = s->forgets != ticket;
+    bool evicts_live = !f->exists && strcmp(s->key_id, key_id) != 0 && fresh(s, mono_us) &&
+                       s->facts.exists;
+    if (!raced && !evicts_live) {
+        snprintf(s->key_id, sizeof(s->key_id), "%s", key_id);
+        s->fetched_mono_us = mono_us;
+        s->facts = *f;
+    }
     pthread_mutex_unlock(&c->lock);
 }
 
@@ -127,5 +140,6 @@ void sl_key_cache_forget(struct sl_key_cache *c, const char *key_id)
     struct slot *s = slot_of(c, key_id);
     if (strcmp(s->key_id, key_id) == 0)
         s->key_id[0] = '\0';
+    s->forgets++; /* whatever the slot holds: a lookup in flight for key_id must not land */
     pthread_mutex_unlock(&c->lock);
 }

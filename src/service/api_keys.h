@@ -57,11 +57,16 @@ struct sl_key_cache;
 struct sl_key_cache *sl_key_cache_new(void);
 void sl_key_cache_free(struct sl_key_cache *c);
 /* The facts cached for key_id no older than the TTL at mono_us: true and
- * *out filled, else false. */
+ * *out filled, else false, with *ticket the slot's state for the put that
+ * follows the store's answer. */
 bool sl_key_cache_get(struct sl_key_cache *c, const char *key_id, int64_t mono_us,
-                      struct sl_key_facts *out);
+                      struct sl_key_facts *out, uint64_t *ticket);
+/* Remember what the store said, unless the slot was forgotten since the
+ * miss that took `ticket` (a revocation raced the lookup: what was read
+ * may be from before it), and unless it would put a key that does not
+ * exist over a live one (a guesser's random ids must not evict real keys). */
 void sl_key_cache_put(struct sl_key_cache *c, const char *key_id, const struct sl_key_facts *f,
-                      int64_t mono_us);
+                      int64_t mono_us, uint64_t ticket);
 void sl_key_cache_forget(struct sl_key_cache *c, const char *key_id);
 
 #endif

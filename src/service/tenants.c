@@ -222,6 +222,12 @@ json_t *sl_svc_api_key_create(struct sl_service *svc, const char *tenant_id, con
             break;
         if (rc == 1) {
             json_t *doc = key_view(&k);
+            if (!doc) {
+                explicit_bzero(secret, sizeof(secret));
+                explicit_bzero(api_key, sizeof(api_key));
+                sl_error_set(err, SL_E_INTERNAL, 0, "could not encode the key");
+                return NULL;
+            }
             json_object_set_new(doc, "api_key", json_string(api_key));
             explicit_bzero(secret, sizeof(secret));
             explicit_bzero(api_key, sizeof(api_key));
@@ -244,10 +250,24 @@ json_t *sl_svc_api_key_list(struct sl_service *svc, const char *tenant_id, struc
     if (svc->store->ops->api_key_list(svc->store, tenant_id, &v, &n, err) < 0)
         return NULL;
     json_t *items = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(items, key_view(&v[i]));
+    for (size_t i = 0; i < n; i++) {
+        json_t *view = key_view(&v[i]);
+        if (view)
+            json_array_append_new(items, view);
+    }
     sl_api_keys_free(v, n);
     return json_pack("{s:s,s:o}", "tenant_id", tenant_id, "keys", items);
+}
+
+static bool key_id_valid(const char *id)
+{
+    char parsed[SL_KEY_ID_LEN + 1], secret[SL_KEY_SECRET_LEN + 1];
+    char probe[SL_API_KEY_LEN + 1];
+    if (!id || strlen(id) != SL_KEY_ID_LEN)
+        return false;
+    /* The id as the first part of a key whose secret is well formed. */
+    snprintf(probe, sizeof(probe), "%s_%0*d", id, SL_KEY_SECRET_LEN, 0);
+    return sl_api_key_parse(probe, strlen(probe), parsed, secret);
 }
 
 json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, const char *key_id,
@@ -255,6 +275,13 @@ json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, con
 {
     if (require_tenancy(svc, err) < 0)
         return NULL;
+    /* Exactly a key_id: a database whose collation folds case or ignores
+     * trailing spaces (MySQL's) would otherwise revoke a row under a
+     * spelling the cache does not know. */
+    if (!key_id_valid(key_id)) {
+        sl_error_set(err, SL_E_API_KEY_NOT_FOUND, 0, "this tenant has no key with this key_id");
+        return NULL;
+    }
     if (svc->store->ops->api_key_revoke(svc->store, tenant_id, key_id, sl_now_us(), err) < 0)
         return NULL;
     /* Revoked now or before: either way this worker stops trusting what
@@ -271,6 +298,8 @@ json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, con
     }
     json_t *doc = key_view(&k);
     sl_api_key_clear(&k);
+    if (!doc)
+        sl_error_set(err, SL_E_INTERNAL, 0, "could not encode the key");
     return doc;
 }
 
@@ -296,7 +325,8 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
 {
     struct sl_key_facts facts = {0};
     int64_t mono = sl_mono_us();
-    if (!sl_key_cache_get(svc->keys, key_id, mono, &facts)) {
+    uint64_t ticket = 0;
+    if (!sl_key_cache_get(svc->keys, key_id, mono, &facts, &ticket)) {
         if (!may_block)
             return SL_KEY_NEEDS_STORE;
         if (svc->store->tenancy) {
@@ -313,7 +343,7 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
         }
         /* Without tenant tables no key exists; said once a TTL all the same,
          * so a key-shaped guess costs no more than any other. */
-        sl_key_cache_put(svc->keys, key_id, &facts, mono);
+        sl_key_cache_put(svc->keys, key_id, &facts, mono, ticket);
     }
     if (!sl_key_facts_accept(&facts, secret, sl_now_us()))
         return SL_KEY_REFUSED;

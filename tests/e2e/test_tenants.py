@@ -327,3 +327,67 @@ def test_fuzzed_credentials_all_answer_the_one_401(client):
         bodies.add(r.raw)
     assert len(bodies) == 1, bodies
     assert client.get("/api/v1/tenant", token=k).status == 200
+
+
+def test_a_peer_that_keeps_failing_gets_no_key_lookups(daemon_factory):
+    """Past its free failures a peer's uncached keys are not asked of the
+    store (a guesser must not load the database): even a real key that is
+    not cached yet is refused until the window passes, while a key already
+    cached keeps working."""
+    d = daemon_factory({"SANDBOX_AUTH_FAILURES_PER_MINUTE": "3"})
+    c = d.client()
+    t = make_tenant(c)
+    cached = make_key(c, t["tenant_id"], "cached")["api_key"]
+    fresh = make_key(c, t["tenant_id"], "fresh")["api_key"]
+    assert c.get("/api/v1/tenant", token=cached).status == 200
+    for i in range(3):  # the free ones, answered at once
+        unauthorized(c.get("/api/v1/tenant", token=f"sl{i:012x}_" + "0" * 48, timeout=10))
+    # Throttled now. The key cached moments ago still answers (a hit asks
+    # nothing of the store) ...
+    assert c.get("/api/v1/tenant", token=cached, timeout=10).status == 200
+    # ... the real but uncached one is refused without a lookup.
+    unauthorized(c.get("/api/v1/tenant", token=fresh, timeout=10))
+
+
+def test_a_key_id_in_another_spelling_is_not_revoked(client):
+    """Only the exact key_id names a key (a database whose collation folds
+    case would otherwise revoke it under a spelling the cache never saw)."""
+    t = make_tenant(client)
+    k = make_key(client, t["tenant_id"])
+    for spelling in (k["key_id"].upper(), k["key_id"] + " ", k["key_id"][:-1]):
+        r = client.delete(f"{ADMIN}/{t['tenant_id']}/keys/{spelling.replace(' ', '%20')}")
+        assert_error(r, 404, "API_KEY_NOT_FOUND")
+    assert client.get("/api/v1/tenant", token=k["api_key"]).status == 200
+    [listed] = client.get(f"{ADMIN}/{t['tenant_id']}/keys").body["keys"]
+    assert listed["status"] == "active"
+
+
+def test_a_tenant_key_is_refused_before_its_body_is_read(client):
+    """The 403 of an operator route comes before the body: a client that
+    declares a large body gets its answer without sending it."""
+    import socket
+    t = make_tenant(client)
+    key = make_key(client, t["tenant_id"])["api_key"]
+    assert client.get("/api/v1/tenant", token=key).status == 200  # cached
+    s = socket.create_connection((client.host, client.port), timeout=10)
+    try:
+        s.sendall((f"POST {API}/x-body/exec HTTP/1.1\r\nHost: x\r\n"
+                   f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+                   f"Content-Length: 20000000\r\n\r\n").encode())
+        head = s.recv(4096).decode(errors="replace")
+    finally:
+        s.close()
+    assert head.startswith("HTTP/1.1 403"), head
+    assert "TENANT_FORBIDDEN" in head
+
+
+def test_names_and_quota_fields_are_bounded_in_bytes(client):
+    t = make_tenant(client)
+    r = client.post(f"{ADMIN}/{t['tenant_id']}/keys", json={"name": "é" * 101})
+    refused_field(r, "name")
+    assert client.get(f"{ADMIN}/{t['tenant_id']}/keys").body["keys"] == []
+    ok = client.post(f"{ADMIN}/{t['tenant_id']}/keys", json={"name": "é" * 64})
+    assert ok.status == 201 and ok.body["name"] == "é" * 64, ok
+    # A long unknown limit name, cut mid-character in the error, is still refused.
+    r = client.post(ADMIN, json={"tenant_id": tid(), "quotas": {"a" + "é" * 50: 5}})
+    assert r.status == 422, r

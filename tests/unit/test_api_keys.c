@@ -131,22 +131,60 @@ static void the_cache_forgets_and_expires(void **state)
     assert_non_null(c);
     struct sl_key_facts f = {.exists = true, .tenant_id = "acme"}, out;
     int64_t t = 5000000;
-    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out));
-    sl_key_cache_put(c, "sl000000000001", &f, t);
-    assert_true(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US - 1, &out));
+    uint64_t ticket;
+    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out, &ticket));
+    sl_key_cache_put(c, "sl000000000001", &f, t, ticket);
+    assert_true(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US - 1, &out, &ticket));
     assert_string_equal(out.tenant_id, "acme");
-    assert_false(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US, &out));
-    assert_false(sl_key_cache_get(c, "sl000000000002", t, &out));
+    assert_false(sl_key_cache_get(c, "sl000000000001", t + SL_KEY_CACHE_TTL_US, &out, &ticket));
+    assert_false(sl_key_cache_get(c, "sl000000000002", t, &out, &ticket));
     sl_key_cache_forget(c, "sl000000000001");
-    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out));
+    assert_false(sl_key_cache_get(c, "sl000000000001", t, &out, &ticket));
     /* A clock that went back does not make an entry young. */
-    sl_key_cache_put(c, "sl000000000003", &f, t);
-    assert_false(sl_key_cache_get(c, "sl000000000003", t - 1, &out));
+    assert_false(sl_key_cache_get(c, "sl000000000003", t, &out, &ticket));
+    sl_key_cache_put(c, "sl000000000003", &f, t, ticket);
+    assert_false(sl_key_cache_get(c, "sl000000000003", t - 1, &out, &ticket));
     sl_key_cache_free(c);
     /* No cache: nothing is ever remembered, nothing breaks. */
-    sl_key_cache_put(NULL, "sl000000000001", &f, t);
-    assert_false(sl_key_cache_get(NULL, "sl000000000001", t, &out));
+    sl_key_cache_put(NULL, "sl000000000001", &f, t, 0);
+    assert_false(sl_key_cache_get(NULL, "sl000000000001", t, &out, &ticket));
     sl_key_cache_forget(NULL, "sl000000000001");
+}
+
+/* A lookup that raced a revocation (the slot was forgotten between its
+ * miss and its put) does not land; a key nobody issued does not evict a
+ * live one from a shared slot. */
+static void the_cache_keeps_revocations_and_live_keys(void **state)
+{
+    (void)state;
+    struct sl_key_cache *c = sl_key_cache_new();
+    struct sl_key_facts live = {.exists = true, .tenant_id = "acme"}, none = {0}, out;
+    int64_t t = 7000000;
+    uint64_t ticket;
+    assert_false(sl_key_cache_get(c, "sl00000000000a", t, &out, &ticket));
+    sl_key_cache_forget(c, "sl00000000000a"); /* the revocation, while the store is asked */
+    sl_key_cache_put(c, "sl00000000000a", &live, t, ticket);
+    assert_false(sl_key_cache_get(c, "sl00000000000a", t, &out, &ticket));
+    /* The next miss takes a fresh ticket and lands. */
+    sl_key_cache_put(c, "sl00000000000a", &live, t, ticket);
+    assert_true(sl_key_cache_get(c, "sl00000000000a", t, &out, &ticket));
+    /* Find another id in the same slot, then try to evict with "no such key". */
+    char other[SL_KEY_ID_LEN + 1] = "";
+    for (int i = 0; i < 1000000 && !other[0]; i++) {
+        char cand[SL_KEY_ID_LEN + 1];
+        snprintf(cand, sizeof(cand), "sl%012x", i + 0x100);
+        uint64_t tk;
+        sl_key_cache_get(c, cand, t, &out, &tk);
+        sl_key_cache_put(c, cand, &none, t, tk);
+        if (!sl_key_cache_get(c, "sl00000000000a", t, &out, &tk))
+            fail_msg("a nonexistent key evicted a live one");
+        if (sl_key_cache_get(c, cand, t, &out, &tk) == false) {
+            /* not cached: it shares the live key's slot */
+            snprintf(other, sizeof(other), "%s", cand);
+        }
+    }
+    assert_true(other[0] != '\0');
+    sl_key_cache_free(c);
 }
 
 int main(void)
@@ -156,6 +194,7 @@ int main(void)
         cmocka_unit_test(parse_fuzz),
         cmocka_unit_test(what_a_check_accepts),
         cmocka_unit_test(the_cache_forgets_and_expires),
+        cmocka_unit_test(the_cache_keeps_revocations_and_live_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
