@@ -114,6 +114,9 @@ struct conn_state {
     /* A key waiting for its check (PH_CHECKING_KEY); wiped after it. */
     char key_id[SL_KEY_ID_LEN + 1];
     char key_secret[SL_KEY_SECRET_LEN + 1];
+    /* A tenant's path sandbox id in its namespace ("<tenant_id>~<name>"):
+     * what params[] and path point at from run_handler on. */
+    char tenant_sandbox_id[SL_TENANT_ID_MAX + 1 + SL_TENANT_NAME_MAX + 1];
 };
 
 /* The deferred answer handle of api/http.h is the connection state. */
@@ -286,8 +289,96 @@ static void add_warnings(struct conn_state *st, struct sl_response *resp)
     json_decref(doc);
 }
 
+/* A tenant sees its own names without its namespace: every "sandbox_id",
+ * "workspace_scope_id" and "source_sandbox_id" string of the answer that
+ * starts with "<tenant_id>~" loses that prefix, at any depth. */
+static void strip_namespace(json_t *j, const char *prefix, size_t plen)
+{
+    if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+            strip_namespace(v, prefix, plen);
+        return;
+    }
+    const char *key;
+    json_t *v;
+    json_object_foreach(j, key, v) {
+        const char *text = json_string_value(v);
+        if (text && strncmp(text, prefix, plen) == 0 &&
+            (strcmp(key, "sandbox_id") == 0 || strcmp(key, "workspace_scope_id") == 0 ||
+             strcmp(key, "source_sandbox_id") == 0))
+            json_string_set(v, text + plen);
+        else if (json_is_object(v) || json_is_array(v))
+            strip_namespace(v, prefix, plen);
+    }
+}
+
+static void tenant_view_of(struct conn_state *st, struct sl_response *resp)
+{
+    if (st->principal.kind != SL_PRINCIPAL_TENANT || !resp->body)
+        return;
+    char prefix[SL_TENANT_ID_MAX + 3];
+    int plen = snprintf(prefix, sizeof(prefix), "\"%s%c", st->principal.tenant_id, SL_TENANT_SEP);
+    /* Most answers (a command's output) name no sandbox: not parsed. */
+    if (!memmem(resp->body, resp->len, prefix, (size_t)plen))
+        return;
+    _cleanup_json_ json_t *doc = json_loadb(resp->body, resp->len, JSON_ALLOW_NUL, NULL);
+    if (!doc)
+        return;
+    strip_namespace(doc, prefix + 1, (size_t)plen - 1);
+    char *body = json_dumps(doc, JSON_COMPACT);
+    if (!body)
+        return;
+    free(resp->body);
+    resp->body = body;
+    resp->len = strlen(body);
+}
+
+/* Put a tenant's path sandbox id into its namespace, in params[] and in the
+ * path a forward sends on. A name outside the API's alphabet or too long
+ * for a tenant names no sandbox of its: false (the caller answers 404, as
+ * for any sandbox that does not exist). */
+static bool tenant_namespace(struct conn_state *st)
+{
+    if (st->principal.kind != SL_PRINCIPAL_TENANT)
+        return true;
+    size_t i = 0;
+    bool found = false;
+    for (const char *p = st->route->pattern; (p = strchr(p, '{')) && i < st->nparams; i++, p++)
+        if (strncmp(p, "{sandbox_id}", 12) == 0) {
+            found = true;
+            break;
+        }
+    if (!found)
+        return true;
+    const char *name = st->params[i];
+    size_t n = strlen(name);
+    /* What resolve let the tenant name: 128 characters with its namespace. */
+    if (n < 3 || n + strlen(st->principal.tenant_id) + 1 > 128 || !sl_v_is_identifier(name))
+        return false;
+    snprintf(st->tenant_sandbox_id, sizeof(st->tenant_sandbox_id), "%s%c%s",
+             st->principal.tenant_id, SL_TENANT_SEP, name);
+    /* The path as sent, with the name replaced (names need no escaping):
+     * every tenant route's sandbox id is the segment after this. */
+    static const char pre[] = "/api/v1/sandboxes/";
+    const size_t pl = sizeof(pre) - 1;
+    char *path = NULL;
+    if (strncmp(st->path, pre, pl) == 0 && strncmp(st->path + pl, name, n) == 0 &&
+        (st->path[pl + n] == '/' || st->path[pl + n] == '\0') &&
+        asprintf(&path, "%s%s%s", pre, st->tenant_sandbox_id, st->path + pl + n) < 0)
+        path = NULL;
+    if (!path)
+        return false;
+    free(st->path);
+    st->path = path;
+    st->params[i] = st->tenant_sandbox_id;
+    return true;
+}
+
 static void answer(struct conn_state *st, struct sl_response *resp)
 {
+    tenant_view_of(st, resp);
     add_warnings(st, resp);
     st->resp = *resp;
     resp->body = NULL;
@@ -571,6 +662,10 @@ static void note_unknown_fields(struct conn_state *st, const json_t *body)
 static void run_handler(void *arg)
 {
     struct conn_state *st = arg;
+    if (!tenant_namespace(st)) {
+        answer_error(st, SL_E_SANDBOX_NOT_FOUND, NULL);
+        return;
+    }
     /* GET /internal/v1/health is the protocol's one route with no fence. */
     if (st->route->internal && strcmp(st->route->pattern, "/internal/v1/health") != 0 &&
         !internal_fence(st))

@@ -189,17 +189,29 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
     sl_v_init(&v);
-    const char *id = sl_v_string(&v, req->body, "sandbox_id", true, 3, 128, true, NULL);
-    const char *scope = sl_v_string(&v, req->body, "workspace_scope_id", true, 1, 191, false, NULL);
+    /* A tenant's names go into its namespace ("<tenant_id>~"): the room
+     * they leave in the reference's columns is what a tenant may use. */
+    bool tenant = req->principal && req->principal->kind == SL_PRINCIPAL_TENANT;
+    size_t room = tenant ? strlen(req->principal->tenant_id) + 1 : 0;
+    const char *id = sl_v_string(&v, req->body, "sandbox_id", true, 3, 128 - room, true, NULL);
+    const char *scope =
+        sl_v_string(&v, req->body, "workspace_scope_id", true, 1, 191 - room, false, NULL);
     const char *profile =
         sl_v_string(&v, req->body, "profile", false, 1, 64, false, DEFAULT_PROFILE);
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
+        char nid[130], nscope[194];
+        if (tenant) {
+            snprintf(nid, sizeof(nid), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP, id);
+            snprintf(nscope, sizeof(nscope), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP,
+                     scope);
+        }
         json_t *doc = sl_router_id_is_route(id)
                           ? (sl_router_refuse_reserved_id(id, &err), NULL)
-                          : sl_svc_resolve(req->svc, id, scope, profile, &err);
+                          : sl_svc_resolve(req->svc, tenant ? nid : id, tenant ? nscope : scope,
+                                           profile, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -744,7 +756,7 @@ static void h_tenant_create(struct sl_request *req, struct sl_response *resp)
     sl_v_init(&v);
     const char *id = sl_v_string(&v, req->body, "tenant_id", true, 1, SL_TENANT_ID_MAX, false, NULL);
     if (id && !sl_tenant_id_valid(id))
-        sl_v_fail(&v, "tenant_id", "must be 1 to 64 characters of a-z, 0-9 and -, not starting "
+        sl_v_fail(&v, "tenant_id", "must be 1 to 32 characters of a-z, 0-9 and -, not starting "
                                    "with -");
     const json_t *quotas = v_quotas(&v, req->body, false);
     if (!sl_v_ok(&v)) {
@@ -1061,18 +1073,18 @@ const struct sl_route_def sl_routes[] = {
     {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,
      "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",
-     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0, false, false, false, false},
+     "Create or find a sandbox route", "ResolveRequest", "RouteResponse", NULL, 0, false, false, true, false},
     {"GET", SBX, h_route_get, true, false, "getSandboxRoute", "Raw route record", NULL,
-     "RouteRecord", NULL, 0, false, false, false, false},
+     "RouteRecord", NULL, 0, false, false, true, false},
     {"POST", SBX, h_connect, true, true, "connectSandbox", "Create the sandbox on its worker",
-     "ConnectRequest", "ConnectResponse", NULL, 0, false, false, false, false},
+     "ConnectRequest", "ConnectResponse", NULL, 0, false, false, true, false},
     {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
-     "ReleaseResponse", NULL, 0, false, false, false, false},
+     "ReleaseResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/suspend", h_suspend, true, true, "suspendSandbox",
      "Suspend: stop every process, keep the files, free the slot", "ConnectRequest",
-     "SuspendResponse", NULL, 0, false, false, false, false},
+     "SuspendResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
-     NULL, "ResumeResponse", NULL, 0, false, false, false, false},
+     NULL, "ResumeResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
      "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
      "TemplateResponse", NULL, 0, false, false, false, false},
@@ -1080,13 +1092,13 @@ const struct sl_route_def sl_routes[] = {
      "Replace the sandbox's attached templates", "TemplateAttachRequest", "TemplateAttachResponse",
      NULL, 0, false, false, false, false},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
-     "AuditResponse", NULL, 0, false, false, false, false},
+     "AuditResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
-     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, false, false},
+     "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, true, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
-     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false, false, false},
+     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false, true, false},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
-     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, false, false},
+     "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, true, false},
     {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",
      "The template catalog", NULL, "TemplateList", NULL, 0, false, false, false, false},
     {"DELETE", "/api/v1/templates/{name}", h_template_unpublish, true, false,
@@ -1122,17 +1134,17 @@ const struct sl_route_def sl_routes[] = {
     {"GET", "/api/v1/admin/execs/{sandbox_id}/{exec_id}", h_admin_exec, true, false,
      "adminGetExecution", "One execution with its output", NULL, "AdminExec", NULL, 0, false, false, false, false},
     {"PUT", SBX "/files", h_file_write, true, true, "writeFile", "Write a file atomically",
-     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false, false, false},
+     "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false, true, false},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,
-     "FileReadResponse", Q_FILE, 0, false, false, false, false},
+     "FileReadResponse", Q_FILE, 0, false, false, true, false},
     {"GET", SBX "/files/list", h_file_list, true, false, "listDirectory", "List a directory",
-     NULL, "DirectoryListResponse", Q_LIST, 0, false, false, false, false},
+     NULL, "DirectoryListResponse", Q_LIST, 0, false, false, true, false},
     {"POST", SBX "/files/mkdir", h_file_mkdir, true, true, "makeDirectory", "Create a directory",
-     "MkdirRequest", "FileWriteResponse", NULL, 0, false, false, false, false},
+     "MkdirRequest", "FileWriteResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/files/delete", h_file_delete, true, true, "deletePath",
-     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0, false, false, false, false},
+     "Delete a file or directory", "DeleteRequest", "FileWriteResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/files/move", h_file_move, true, true, "movePath", "Move or rename a path",
-     "MoveRequest", "MoveResponse", NULL, 0, false, false, false, false},
+     "MoveRequest", "MoveResponse", NULL, 0, false, false, true, false},
 
     /* The worker protocol (API.md §9): what a replica forwards to the owner,
      * answered by the same handlers once the fence headers pass. No request

@@ -12,8 +12,17 @@
 
 #include <stdbool.h>
 
-/* tenant_id: 1-64 characters of [a-z0-9-] (service/tenants.h). */
-#define SL_TENANT_ID_MAX 64
+/* tenant_id: 1-32 characters of [a-z0-9-] (service/tenants.h): short, since
+ * a tenant's sandbox ids are stored as "<tenant_id>~<name>" in the
+ * reference's 128-character column. */
+#define SL_TENANT_ID_MAX 32
+/* A tenant's names (sandbox ids, scopes) are stored under this separator,
+ * which no id of the API's alphabet holds, so no name can reach another
+ * tenant's, nor an operator's. */
+#define SL_TENANT_SEP '~'
+/* The longest sandbox id a tenant may name is what its namespace leaves of
+ * 128 characters: 95 for a tenant_id of 32. */
+#define SL_TENANT_NAME_MAX 127
 /* key_id: "sl" and 12 lowercase hex digits (service/api_keys.h). */
 #define SL_KEY_ID_MAX 16
 

@@ -335,7 +335,8 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
             if (found < 0)
                 return -1;
             facts.exists = found == 1;
-            snprintf(facts.tenant_id, sizeof(facts.tenant_id), "%s", k.tenant_id);
+            snprintf(facts.tenant_id, sizeof(facts.tenant_id), "%.*s", SL_TENANT_ID_MAX,
+                     k.tenant_id);
             snprintf(facts.secret_sha256, sizeof(facts.secret_sha256), "%s", k.secret_sha256);
             facts.expires_at = k.expires_at;
             facts.revoked_at = k.revoked_at;

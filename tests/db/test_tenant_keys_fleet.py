@@ -35,3 +35,39 @@ def test_a_key_revoked_on_one_replica_is_refused_on_the_other(daemon_factory):
         time.sleep(0.05)
     assert refused_at is not None and refused_at < 1.5, refused_at
     assert_error(cb.get("/api/v1/tenant", token=key), 401, "SANDBOX_UNAUTHORIZED")
+
+
+def test_a_tenant_is_served_through_a_replica_that_is_not_the_owner(daemon_factory):
+    """The front puts the tenant's name into its namespace before it
+    forwards: the owner runs the tenant's sandbox, and the answer comes back
+    in the tenant's names."""
+    import base64
+    import uuid
+    from sandloom_client import Client  # noqa: F401
+    ds = fleet(daemon_factory)
+    ca = ds[0].client()
+    assert ca.post(ADMIN, json={"tenant_id": "fleet-fw"}).status in (201, 409)
+    key = ca.post(f"{ADMIN}/fleet-fw/keys", json={"name": "fw"}).body["api_key"]
+    name = "fw-" + uuid.uuid4().hex[:8]
+    r = ca.post("/api/v1/sandboxes/resolve", json={"sandbox_id": name, "workspace_scope_id": "s"},
+                token=key)
+    assert r.status == 200 and r.body["sandbox_id"] == name, r
+    gen, owner_id = r.body["generation"], r.body["worker_id"]
+    owner = next(d for d in ds if d.worker_id == owner_id)
+    other = next(d for d in ds if d.worker_id != owner_id)
+    co = other.client()
+    path = f"/api/v1/sandboxes/{name}"
+    assert co.post(path, json={"generation": gen}, token=key).status == 200
+    r = co.post(f"{path}/exec", json={"exec_id": "fw-1", "generation": gen,
+                                      "argv": ["sh", "-c", "echo hi > /workspace/x; echo ok"]},
+                token=key)
+    assert r.status == 200 and r.body["stdout"] == "ok\n", r
+    assert (owner.sandbox_root / f"fleet-fw~{name}" / "workspace").exists() or \
+        (owner.sandbox_root / f"fleet-fw~{name}").is_dir()
+    assert not (other.sandbox_root / f"fleet-fw~{name}").exists()
+    r = co.get(f"{path}/files", params={"path": "/workspace/x", "generation": gen}, token=key)
+    assert r.status == 200 and base64.b64decode(r.body["content_base64"]) == b"hi\n", r
+    r = co.get(path, token=key)
+    assert r.status == 200 and r.body["sandbox_id"] == name, r
+    assert f"forwarded to {owner.worker_id}" in other.stderr()
+    assert co.delete(path, token=key).status == 200

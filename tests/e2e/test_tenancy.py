@@ -1,0 +1,180 @@
+"""Credential-bound tenancy (issue 14, item 2): two tenants on one worker,
+on real sandboxes. A tenant's names live in its own namespace (stored as
+"<tenant_id>~<name>"), so the same name is two sandboxes, another tenant's
+sandbox answers exactly as one that does not exist, and nothing is created,
+started or recorded by trying."""
+
+import base64
+import uuid
+
+import pytest
+
+from sandloom_client import API, assert_error
+
+ADMIN = "/api/v1/admin/tenants"
+
+
+def tenant_key(client):
+    tid = "tn-" + uuid.uuid4().hex[:10]
+    assert client.post(ADMIN, json={"tenant_id": tid}).status == 201
+    r = client.post(f"{ADMIN}/{tid}/keys", json={"name": "test"})
+    assert r.status == 201, r
+    return tid, r.body["api_key"]
+
+
+class As:
+    """The API as one credential sees it."""
+
+    def __init__(self, client, key):
+        self.c, self.key = client, key
+
+    def req(self, method, path, **kw):
+        return self.c.request(method, path, token=self.key, **kw)
+
+    def resolve(self, name, scope="s"):
+        return self.req("POST", f"{API}/resolve",
+                        json_body={"sandbox_id": name, "workspace_scope_id": scope})
+
+    def ready(self, name):
+        r = self.resolve(name)
+        assert r.status == 200, r
+        gen = r.body["generation"]
+        c = self.req("POST", f"{API}/{name}", json_body={"generation": gen})
+        assert c.status == 200, c
+        return gen
+
+    def exec(self, name, gen, argv, **extra):
+        return self.req("POST", f"{API}/{name}/exec",
+                        json_body={"exec_id": "x-" + uuid.uuid4().hex, "generation": gen,
+                                   "argv": argv, **extra})
+
+
+@pytest.fixture(scope="module")
+def two(client):
+    (ta, ka), (tb, kb) = tenant_key(client), tenant_key(client)
+    return (ta, As(client, ka)), (tb, As(client, kb))
+
+
+def test_the_same_name_is_two_sandboxes_one_per_tenant(client, daemon, two):
+    (ta, a), (tb, b) = two
+    name = "shared-" + uuid.uuid4().hex[:8]
+    ga, gb = a.ready(name), b.ready(name)
+    # Two sandboxes: two uids of their own.
+    assert a.resolve(name).body["sandbox_uid"] != b.resolve(name).body["sandbox_uid"]
+    r = a.exec(name, ga, ["sh", "-c", "echo mine > /workspace/who"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = b.exec(name, gb, ["sh", "-c", "cat /workspace/who 2>/dev/null || echo none"])
+    assert r.status == 200 and r.body["stdout"] == "none\n", r.body
+    # The tenant sees its own names, not their namespace ...
+    for who, t in ((a, ta), (b, tb)):
+        route = who.req("GET", f"{API}/{name}")
+        assert route.status == 200, route
+        assert route.body["sandbox_id"] == name and route.body["workspace_scope_id"] == "s"
+        audit = who.req("GET", f"{API}/{name}/audit")
+        assert audit.status == 200 and audit.body["sandbox_id"] == name, audit.body
+        for doc in (route.body, audit.body):
+            assert f"{t}~{name}" not in repr(doc), doc
+    # ... the operator sees both, each under its tenant's namespace.
+    for t in (ta, tb):
+        r = client.get(f"{API}/{t}~{name}")
+        assert r.status == 200 and r.body["workspace_scope_id"] == f"{t}~s", r
+        assert (daemon.sandbox_root / f"{t}~{name}").is_dir()
+
+
+def test_another_tenants_sandbox_is_the_same_answer_as_none(client, daemon, two):
+    (ta, a), (tb, b) = two
+    name = "private-" + uuid.uuid4().hex[:8]
+    ga = a.ready(name)
+    missing = "never-" + uuid.uuid4().hex[:8]
+    # Every route B can name it through answers as for a name that does not exist.
+    probes = [
+        ("GET", "", None, None),
+        ("GET", "/audit", None, None),
+        ("POST", "/exec", {"exec_id": "x-probe", "generation": ga, "argv": ["touch", "/workspace/p"]}, None),
+        ("GET", "/exec/x-probe", None, {"generation": ga}),
+        ("POST", "/exec/x-probe/cancel", None, {"generation": ga}),
+        ("PUT", "/files", {"generation": ga, "path": "/workspace/p",
+                           "content_base64": base64.b64encode(b"x").decode()}, None),
+        ("GET", "/files", None, {"path": "/workspace/who", "generation": ga}),
+        ("GET", "/files/list", None, {"path": "/workspace", "generation": ga}),
+        ("POST", "/files/mkdir", {"generation": ga, "path": "/workspace/d"}, None),
+        ("POST", "/files/delete", {"generation": ga, "path": "/workspace/who"}, None),
+        ("POST", "/files/move", {"generation": ga, "source": "/workspace/a",
+                                 "destination": "/workspace/b"}, None),
+        ("POST", "/suspend", {"generation": ga}, None),
+        ("POST", "/resume", None, None),
+        ("DELETE", "", None, None),
+    ]
+    for method, suffix, body, params in probes:
+        kw = {}
+        if body is not None:
+            kw["json_body"] = body
+        if params is not None:
+            kw["params"] = params
+        theirs = b.req(method, f"{API}/{name}{suffix}", **kw)
+        nobodys = b.req(method, f"{API}/{missing}{suffix}", **kw)
+        assert theirs.status == nobodys.status, (method, suffix, theirs, nobodys)
+        if theirs.status >= 400:
+            assert theirs.body["detail"] == nobodys.body["detail"], (suffix, theirs)
+        else:  # a release of a name with no sandbox is already released
+            assert theirs.body == nobodys.body == {"status": "RELEASED"}, (suffix, theirs)
+        # B's own namespace was looked in: nothing of A's was touched or made.
+        assert not (daemon.sandbox_root / f"{tb}~{name}").exists()
+    # Naming A's stored id outright is no id a tenant can use.
+    for spelling in (f"{ta}~{name}", f"{ta}%7E{name}"):
+        r = b.req("GET", f"{API}/{spelling}")
+        assert_error(r, 404, "SANDBOX_NOT_FOUND")
+    assert_error(b.resolve(f"{ta}~{name}"), 422, "SANDBOX_INVALID_REQUEST")
+    # A's sandbox is as it was: nothing written, no command recorded for B.
+    r = a.exec(name, ga, ["sh", "-c", "ls -A /workspace"])
+    assert r.status == 200 and r.body["stdout"] == "", r.body
+    execs = client.get("/api/v1/admin/execs", params={"sandbox_id": f"{ta}~{name}"})
+    assert execs.status == 200, execs
+    assert "x-probe" not in repr(execs.body)
+    assert client.get(f"{API}/{tb}~{name}").status == 404
+
+
+def test_a_tenants_whole_lifecycle_through_its_key(two):
+    (ta, a), _ = two
+    name = "life-" + uuid.uuid4().hex[:8]
+    gen = a.ready(name)
+    w = a.req("PUT", f"{API}/{name}/files", json_body={
+        "generation": gen, "path": "/workspace/f.txt",
+        "content_base64": base64.b64encode(b"kept").decode()})
+    assert w.status == 200, w
+    r = a.req("GET", f"{API}/{name}/files/list", params={"path": "/workspace", "generation": gen})
+    assert r.status == 200 and [e["name"] for e in r.body["entries"]] == ["f.txt"], r
+    bg = a.exec(name, gen, ["sleep", "30"], background=True)
+    assert bg.status == 200 and bg.body["status"] == "RUNNING", bg
+    xid = bg.body["exec_id"]
+    poll = a.req("GET", f"{API}/{name}/exec/{xid}", params={"generation": gen})
+    assert poll.status == 200 and poll.body["status"] == "RUNNING", poll
+    cancel = a.req("POST", f"{API}/{name}/exec/{xid}/cancel", params={"generation": gen})
+    assert cancel.status == 200 and cancel.body["cancelled"] is True, cancel
+    import time
+    for _ in range(100):
+        if a.req("GET", f"{API}/{name}/exec/{xid}", params={"generation": gen}).body["status"] \
+                != "RUNNING":
+            break
+        time.sleep(0.1)
+    s = a.req("POST", f"{API}/{name}/suspend", json_body={"generation": gen})
+    assert s.status == 200 and s.body["sandbox_id"] == name and s.body["status"] == "SUSPENDED", s
+    res = a.req("POST", f"{API}/{name}/resume")
+    assert res.status == 200 and res.body["sandbox_id"] == name, res
+    gen = res.body["generation"]
+    r = a.req("GET", f"{API}/{name}/files", params={"path": "/workspace/f.txt", "generation": gen})
+    assert r.status == 200 and base64.b64decode(r.body["content_base64"]) == b"kept", r
+    rel = a.req("DELETE", f"{API}/{name}")
+    assert rel.status == 200 and rel.body == {"status": "RELEASED"}, rel
+    assert a.req("GET", f"{API}/{name}").body["status"] == "RELEASED"
+
+
+def test_a_tenants_names_are_bounded_by_its_namespace(two):
+    (ta, a), _ = two
+    room = 128 - len(ta) - 1
+    ok = a.resolve("n" * room)
+    assert ok.status == 200 and ok.body["sandbox_id"] == "n" * room, ok
+    assert a.req("GET", f"{API}/{'n' * room}").status == 200
+    assert_error(a.resolve("n" * (room + 1)), 422, "SANDBOX_INVALID_REQUEST")
+    assert_error(a.req("GET", f"{API}/{'n' * (room + 1)}"), 404, "SANDBOX_NOT_FOUND")
+    assert a.req("DELETE", f"{API}/{'n' * room}").status == 200
