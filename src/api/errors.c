@@ -25,6 +25,9 @@ static const struct code_status TABLE[] = {
     {SL_E_TENANT_NOT_FOUND, 404, "no tenant with this tenant_id"},
     {SL_E_API_KEY_NOT_FOUND, 404, "this tenant has no API key with this key_id"},
     {SL_E_TENANT_EXISTS, 409, "a tenant with this tenant_id exists"},
+    {SL_E_TENANT_QUOTA_EXCEEDED, 429,
+     "the tenant's quota is used up: release or suspend what it holds, or ask the operator for "
+     "more"},
     {SL_E_TENANCY_UNAVAILABLE, 503,
      "this database has no tenant tables: apply the deploy SQL (deploy/sql/) or enable "
      "SANDBOX_DATABASE_AUTO_DDL, then restart the service"},

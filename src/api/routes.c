@@ -60,6 +60,41 @@ static void respond_invalid(struct sl_response *resp, const struct sl_validation
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
 
+/* 429 TENANT_QUOTA_EXCEEDED, naming the limit and its value beside the
+ * code and message (ours, additive to the one error shape). */
+static void respond_quota(struct sl_response *resp, const struct sl_error *err,
+                          enum sl_tenant_limit limit, int64_t value)
+{
+    _cleanup_json_ json_t *body =
+        json_pack("{s:{s:s,s:s,s:s,s:I}}", "detail", "code", err->code, "message", err->message,
+                  "limit", sl_tenant_limit_name(limit), "value", (json_int_t)value);
+    resp->status = 429;
+    resp->content_type = "application/json";
+    resp->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    resp->len = resp->body ? strlen(resp->body) : 0;
+}
+
+/* A tenant's request that adds one of `limit` (the caller then holds the
+ * quota lock until what it admits is done): false, answered, when over. */
+static bool quota_admits(struct sl_request *req, struct sl_response *resp,
+                         enum sl_tenant_limit limit, const char *sandbox_id)
+{
+    struct sl_error err = {0};
+    int64_t value = -1;
+    if (sl_svc_tenant_quota_check(req->svc, req->principal, limit, sandbox_id, &value, &err) == 0)
+        return true;
+    if (sl_error_is(&err, SL_E_TENANT_QUOTA_EXCEEDED))
+        respond_quota(resp, &err, limit, value);
+    else
+        respond_error(resp, &err);
+    return false;
+}
+
+static bool is_tenant(const struct sl_request *req)
+{
+    return req->principal && req->principal->kind == SL_PRINCIPAL_TENANT;
+}
+
 /* The answer of a service call: the document, or the error it raised. */
 static void respond_result(struct sl_response *resp, json_t *doc, const struct sl_error *err)
 {
@@ -208,11 +243,17 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
             snprintf(nscope, sizeof(nscope), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP,
                      scope);
         }
-        json_t *doc = sl_router_id_is_route(id)
-                          ? (sl_router_refuse_reserved_id(id, &err), NULL)
-                          : sl_svc_resolve(req->svc, tenant ? nid : id, tenant ? nscope : scope,
-                                           profile, &err);
-        respond_result(resp, doc, &err);
+        if (sl_router_id_is_route(id)) {
+            sl_router_refuse_reserved_id(id, &err);
+            respond_error(resp, &err);
+        } else if (!tenant) {
+            respond_result(resp, sl_svc_resolve(req->svc, id, scope, profile, &err), &err);
+        } else {
+            sl_svc_quota_lock(req->svc);
+            if (quota_admits(req, resp, SL_LIMIT_SANDBOXES, nid))
+                respond_result(resp, sl_svc_resolve(req->svc, nid, nscope, profile, &err), &err);
+            sl_svc_quota_unlock(req->svc);
+        }
     }
     sl_v_free(&v);
 }
@@ -241,8 +282,13 @@ static void h_connect(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_connect(req->svc, req->params[0], generation, &err);
-        respond_result(resp, doc, &err);
+        bool tenant = is_tenant(req);
+        if (tenant)
+            sl_svc_quota_lock(req->svc);
+        if (!tenant || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+            respond_result(resp, sl_svc_connect(req->svc, req->params[0], generation, &err), &err);
+        if (tenant)
+            sl_svc_quota_unlock(req->svc);
     }
     sl_v_free(&v);
 }
@@ -266,8 +312,13 @@ static void h_suspend(struct sl_request *req, struct sl_response *resp)
 static void h_resume(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
-    json_t *doc = sl_svc_resume(req->svc, req->params[0], &err);
-    respond_result(resp, doc, &err);
+    bool tenant = is_tenant(req);
+    if (tenant)
+        sl_svc_quota_lock(req->svc);
+    if (!tenant || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+        respond_result(resp, sl_svc_resume(req->svc, req->params[0], &err), &err);
+    if (tenant)
+        sl_svc_quota_unlock(req->svc);
 }
 
 static void h_release(struct sl_request *req, struct sl_response *resp)
@@ -448,6 +499,16 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
     }
     sl_v_free(&v);
 
+    /* A tenant's command counts against its commands_in_flight from its
+     * admission on: the check and the admission go together. */
+    bool tenant = is_tenant(req);
+    if (tenant) {
+        sl_svc_quota_lock(req->svc);
+        if (!quota_admits(req, resp, SL_LIMIT_COMMANDS, NULL)) {
+            sl_svc_quota_unlock(req->svc);
+            return;
+        }
+    }
     /* Deferred before the call: a synchronous command may end (and its
      * answer be sent) before sl_svc_exec returns. */
     struct sl_deferred *d = p.req.background ? NULL : sl_request_defer(req);
@@ -455,6 +516,8 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
     json_t *doc = NULL;
     int rc = sl_svc_exec(req->svc, req->params[0], &p.req, d ? exec_answered : NULL, d, &doc,
                          &err);
+    if (tenant)
+        sl_svc_quota_unlock(req->svc);
     if (rc == 1)
         return; /* exec_answered answers */
     if (!d) {

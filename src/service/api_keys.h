@@ -46,6 +46,7 @@ struct sl_key_facts {
     char secret_sha256[65];
     int64_t expires_at; /* µs since the epoch, 0 = never */
     int64_t revoked_at; /* 0 = not revoked */
+    int64_t quota[SL_LIMIT_COUNT]; /* the tenant's enforced limits, -1 = none */
 };
 
 /* Whether a presented secret opens a key with these facts at now_us (wall

@@ -68,6 +68,7 @@ struct sl_service {
     json_t *capabilities;   /* RUNTIME.md §8 document, built once at open */
     struct svc_owner_cache *owners; /* forwards decided lately; NULL: none kept */
     struct sl_key_cache *keys;      /* API key checks (service/api_keys.h); NULL: none kept */
+    pthread_mutex_t quota_lock;     /* a tenant's quota check and what it admits */
 
     pthread_mutex_t live_lock; /* guards live[] */
     struct sl_live *live;

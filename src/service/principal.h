@@ -26,6 +26,15 @@
 /* key_id: "sl" and 12 lowercase hex digits (service/api_keys.h). */
 #define SL_KEY_ID_MAX 16
 
+/* The tenant limits enforced on requests (sl_tenant_quota_names has the
+ * others, stored but not enforced yet). */
+enum sl_tenant_limit {
+    SL_LIMIT_SANDBOXES,         /* routes that exist (not RELEASED) */
+    SL_LIMIT_RUNNING_SESSIONS,  /* sandboxes live on a worker (READY, RUNNING) */
+    SL_LIMIT_COMMANDS,          /* executions RUNNING */
+    SL_LIMIT_COUNT
+};
+
 enum sl_principal_kind {
     SL_PRINCIPAL_NONE,     /* no credential checked (public routes) */
     SL_PRINCIPAL_OPERATOR, /* the internal token */
@@ -36,6 +45,9 @@ struct sl_principal {
     enum sl_principal_kind kind;
     char tenant_id[SL_TENANT_ID_MAX + 1]; /* SL_PRINCIPAL_TENANT only */
     char key_id[SL_KEY_ID_MAX + 1];       /* SL_PRINCIPAL_TENANT only */
+    /* The tenant's limits as its key's check found them (-1: none), at
+     * most a key cache TTL old. */
+    int64_t quota[SL_LIMIT_COUNT];
 };
 
 static inline bool sl_principal_is_operator(const struct sl_principal *p)

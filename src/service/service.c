@@ -267,6 +267,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->runtime = deps->runtime;
     svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
+    pthread_mutex_init(&svc->quota_lock, NULL);
     pthread_mutex_init(&svc->loop_lock, NULL);
     pthread_mutex_init(&svc->finish_lock, NULL);
     /* The loop computes its deadlines on CLOCK_MONOTONIC; the condition
@@ -650,6 +651,7 @@ void sl_service_close(struct sl_service *svc)
     sl_key_cache_free(svc->keys);
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
+    pthread_mutex_destroy(&svc->quota_lock);
     pthread_mutex_destroy(&svc->loop_lock);
     pthread_mutex_destroy(&svc->finish_lock);
     pthread_cond_destroy(&svc->loop_cond);

@@ -320,6 +320,82 @@ json_t *sl_svc_tenant_self(struct sl_service *svc, const struct sl_principal *wh
     return doc;
 }
 
+/* The quota-name of each enforced limit. */
+static const char *const limit_names[SL_LIMIT_COUNT] = {
+    [SL_LIMIT_SANDBOXES] = "sandboxes",
+    [SL_LIMIT_RUNNING_SESSIONS] = "running_sessions",
+    [SL_LIMIT_COMMANDS] = "commands_in_flight",
+};
+
+const char *sl_tenant_limit_name(enum sl_tenant_limit limit)
+{
+    return limit < SL_LIMIT_COUNT ? limit_names[limit] : "?";
+}
+
+/* A tenant's enforced limits from its stored quotas (-1: none). */
+static int load_quotas(struct sl_service *svc, const char *tenant_id,
+                       int64_t quota[SL_LIMIT_COUNT], struct sl_error *err)
+{
+    for (int i = 0; i < SL_LIMIT_COUNT; i++)
+        quota[i] = -1;
+    struct sl_tenant t;
+    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
+    if (found < 0)
+        return -1;
+    _cleanup_json_ json_t *q = quotas_of(found ? t.quotas_json : NULL);
+    sl_tenant_clear(&t);
+    for (int i = 0; i < SL_LIMIT_COUNT; i++) {
+        json_t *v = json_object_get(q, limit_names[i]);
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            quota[i] = json_integer_value(v);
+    }
+    return 0;
+}
+
+void sl_svc_quota_lock(struct sl_service *svc)
+{
+    pthread_mutex_lock(&svc->quota_lock);
+}
+
+void sl_svc_quota_unlock(struct sl_service *svc)
+{
+    pthread_mutex_unlock(&svc->quota_lock);
+}
+
+int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal *who,
+                              enum sl_tenant_limit limit, const char *sandbox_id, int64_t *value,
+                              struct sl_error *err)
+{
+    *value = -1;
+    if (who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNT || who->quota[limit] < 0)
+        return 0;
+    /* A sandbox that already counts adds nothing. */
+    if (limit != SL_LIMIT_COMMANDS && sandbox_id) {
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return -1;
+        bool counts = found && (limit == SL_LIMIT_SANDBOXES
+                                    ? strcmp(r.status, "RELEASED") != 0
+                                    : strcmp(r.status, "READY") == 0 ||
+                                          strcmp(r.status, "RUNNING") == 0);
+        sl_route_clear(&r);
+        if (counts)
+            return 0;
+    }
+    int64_t used[SL_LIMIT_COUNT];
+    if (svc->store->ops->tenant_usage(svc->store, who->tenant_id, &used[SL_LIMIT_SANDBOXES],
+                                      &used[SL_LIMIT_RUNNING_SESSIONS], &used[SL_LIMIT_COMMANDS],
+                                      err) < 0)
+        return -1;
+    if (used[limit] < who->quota[limit])
+        return 0;
+    *value = who->quota[limit];
+    return sl_error_set(err, SL_E_TENANT_QUOTA_EXCEEDED, 0,
+                        "the tenant's quota of %lld %s is used up", (long long)who->quota[limit],
+                        limit_names[limit]);
+}
+
 int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
                      bool may_block, struct sl_principal *who, struct sl_error *err)
 {
@@ -341,6 +417,8 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
             facts.expires_at = k.expires_at;
             facts.revoked_at = k.revoked_at;
             sl_api_key_clear(&k);
+            if (facts.exists && load_quotas(svc, facts.tenant_id, facts.quota, err) < 0)
+                return -1;
         }
         /* Without tenant tables no key exists; said once a TTL all the same,
          * so a key-shaped guess costs no more than any other. */
@@ -349,6 +427,7 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
     if (!sl_key_facts_accept(&facts, secret, sl_now_us()))
         return SL_KEY_REFUSED;
     *who = (struct sl_principal){.kind = SL_PRINCIPAL_TENANT};
+    memcpy(who->quota, facts.quota, sizeof(who->quota));
     snprintf(who->tenant_id, sizeof(who->tenant_id), "%s", facts.tenant_id);
     snprintf(who->key_id, sizeof(who->key_id), "%s", key_id);
     return SL_KEY_ACCEPTED;

@@ -21,6 +21,7 @@ struct sl_service;
 #define SL_E_TENANT_EXISTS "TENANT_EXISTS"             /* 409 */
 #define SL_E_API_KEY_NOT_FOUND "API_KEY_NOT_FOUND"     /* 404 */
 #define SL_E_TENANCY_UNAVAILABLE "TENANCY_UNAVAILABLE" /* 503: no tenant tables */
+#define SL_E_TENANT_QUOTA_EXCEEDED "TENANT_QUOTA_EXCEEDED" /* 429 */
 
 /* The limits an operator may set on a tenant, by name (NULL-terminated):
  * each a non-negative integer, or absent / null for no limit. */
@@ -59,6 +60,23 @@ json_t *sl_svc_tenant_self(struct sl_service *svc, const struct sl_principal *wh
  * all); SL_KEY_NEEDS_STORE when !may_block and the cache cannot say (ask
  * again from a thread that may wait); -1 when the store failed (err). */
 enum { SL_KEY_REFUSED = 0, SL_KEY_ACCEPTED = 1, SL_KEY_NEEDS_STORE = 2 };
+
+/* The name of an enforced limit, as in a tenant's quotas. */
+const char *sl_tenant_limit_name(enum sl_tenant_limit limit);
+
+/* Quotas. A tenant's request that would add one of `limit` takes the
+ * quota lock, checks, does what it was for, and lets go: on this worker
+ * no two such requests pass one check together (across replicas, requests
+ * at the same instant may). sandbox_id (its stored id) is what the request
+ * is about: a sandbox that already counts adds nothing (resolving a live
+ * sandbox again, connecting a ready one). 0 when within the quota (or
+ * none is set); -1 with TENANT_QUOTA_EXCEEDED and *value the quota, or a
+ * store error. */
+void sl_svc_quota_lock(struct sl_service *svc);
+void sl_svc_quota_unlock(struct sl_service *svc);
+int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal *who,
+                              enum sl_tenant_limit limit, const char *sandbox_id, int64_t *value,
+                              struct sl_error *err);
 int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
                      bool may_block, struct sl_principal *who, struct sl_error *err);
 

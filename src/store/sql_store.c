@@ -106,6 +106,7 @@ enum stmt_id {
     ST_KEY_GET,
     ST_KEY_LIST,
     ST_KEY_REVOKE,
+    ST_TENANT_USAGE,
     ST_COUNT
 };
 _Static_assert(ST_COUNT <= SL_SQL_MAX_STMTS, "raise SL_SQL_MAX_STMTS");
@@ -276,6 +277,13 @@ static const char *const stmt_sql[ST_COUNT] = {
                     "ORDER BY created_at, key_id",
     [ST_KEY_REVOKE] = "UPDATE " KEY_TABLE " SET revoked_at = ?3 WHERE tenant_id = ?1 "
                       "AND key_id = ?2 AND revoked_at IS NULL",
+    /* ?1 is "<tenant_id>~%": tenant ids hold no LIKE wildcard (a-z 0-9 -),
+     * and each LIKE is a range of the primary key. */
+    [ST_TENANT_USAGE] = "SELECT (SELECT COUNT(*) FROM " ROUTE_TABLE " WHERE sandbox_id LIKE ?1 "
+                        "AND status <> 'RELEASED'), (SELECT COUNT(*) FROM " ROUTE_TABLE
+                        " WHERE sandbox_id LIKE ?1 AND status IN ('READY', 'RUNNING')), "
+                        "(SELECT COUNT(*) FROM " EXEC_TABLE " WHERE sandbox_id LIKE ?1 "
+                        "AND status = 'RUNNING')",
 };
 
 struct sql_store {
@@ -2165,6 +2173,31 @@ static int sql_api_key_revoke(struct sl_store *s, const char *tenant_id, const c
     return changed < 0 ? sl_error_wrap(err, "revoke api key") : changed > 0 ? 1 : 0;
 }
 
+static int sql_tenant_usage(struct sl_store *s, const char *tenant_id, int64_t *sandboxes,
+                            int64_t *running_sessions, int64_t *commands, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *sandboxes = *running_sessions = *commands = 0;
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    char pattern[80];
+    snprintf(pattern, sizeof(pattern), "%s~%%", tenant_id);
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, pattern);
+    if (query(st, c, ST_TENANT_USAGE, &a, err) < 0)
+        return -1;
+    int r = next(st, c, err);
+    if (r <= 0)
+        return r < 0 ? -1 : 0;
+    struct reader rd = reader_of(st, c);
+    *sandboxes = read_int64(&rd, 0, 0);
+    *running_sessions = read_int64(&rd, 1, 0);
+    *commands = read_int64(&rd, 2, 0);
+    return reader_done(&rd, ROUTE_TABLE, err) < 0 ? -1 : 0;
+}
+
 /* ---- the store ---- */
 
 static bool sql_health(struct sl_store *s, char *why, size_t size)
@@ -2207,6 +2240,7 @@ static const struct sl_store_ops sql_ops = {
     .api_key_get = sql_api_key_get,
     .api_key_list = sql_api_key_list,
     .api_key_revoke = sql_api_key_revoke,
+    .tenant_usage = sql_tenant_usage,
     .exec_finish = sql_exec_finish,
     .exec_withdraw = sql_exec_withdraw,
     .exec_prune = sql_exec_prune,

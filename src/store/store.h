@@ -314,6 +314,10 @@ struct sl_store_ops {
                         size_t *n, struct sl_error *err);
     int (*api_key_revoke)(struct sl_store *s, const char *tenant_id, const char *key_id,
                           int64_t now, struct sl_error *err);
+    /* What a tenant uses now, by the ids of its namespace ("<tenant_id>~"):
+     * routes not RELEASED, routes READY or RUNNING, executions RUNNING. */
+    int (*tenant_usage)(struct sl_store *s, const char *tenant_id, int64_t *sandboxes,
+                        int64_t *running_sessions, int64_t *commands, struct sl_error *err);
 
     void (*close)(struct sl_store *s);
 };

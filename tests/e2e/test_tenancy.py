@@ -178,3 +178,80 @@ def test_a_tenants_names_are_bounded_by_its_namespace(two):
     assert_error(a.resolve("n" * (room + 1)), 422, "SANDBOX_INVALID_REQUEST")
     assert_error(a.req("GET", f"{API}/{'n' * (room + 1)}"), 404, "SANDBOX_NOT_FOUND")
     assert a.req("DELETE", f"{API}/{'n' * room}").status == 200
+
+
+def quota_tenant(client, quotas):
+    tid = "tq-" + uuid.uuid4().hex[:10]
+    assert client.post(ADMIN, json={"tenant_id": tid, "quotas": quotas}).status == 201
+    key = client.post(f"{ADMIN}/{tid}/keys", json={"name": "q"}).body["api_key"]
+    return tid, As(client, key)
+
+
+def over(r, limit, value):
+    assert r.status == 429, r
+    d = r.body["detail"]
+    assert d["code"] == "TENANT_QUOTA_EXCEEDED" and d["limit"] == limit and d["value"] == value, d
+    assert limit in d["message"] and str(value) in d["message"], d
+
+
+def test_the_sandboxes_quota(client, daemon):
+    tid, t = quota_tenant(client, {"sandboxes": 2})
+    assert t.resolve("q-one").status == 200 and t.resolve("q-two").status == 200
+    over(t.resolve("q-three"), "sandboxes", 2)
+    # Nothing was made of the refused one.
+    assert_error(t.req("GET", f"{API}/q-three"), 404, "SANDBOX_NOT_FOUND")
+    assert client.get(f"{API}/{tid}~q-three").status == 404
+    # Resolving one that exists adds nothing; a released one no longer counts.
+    assert t.resolve("q-one").status == 200
+    assert t.req("DELETE", f"{API}/q-one").status == 200
+    assert t.resolve("q-three").status == 200
+    over(t.resolve("q-one"), "sandboxes", 2)  # released: resolving it again is a new one
+
+
+def test_the_running_sessions_quota(client):
+    tid, t = quota_tenant(client, {"running_sessions": 1})
+    g1 = t.ready("rs-one")
+    r = t.resolve("rs-two")
+    assert r.status == 200, r
+    over(t.req("POST", f"{API}/rs-two", json_body={"generation": r.body["generation"]}),
+         "running_sessions", 1)
+    # Connecting the live one again is no new session.
+    assert t.req("POST", f"{API}/rs-one", json_body={"generation": g1}).status == 200
+    s = t.req("POST", f"{API}/rs-one/suspend", json_body={"generation": g1})
+    assert s.status == 200 and s.body["status"] == "SUSPENDED", s
+    assert t.req("POST", f"{API}/rs-two", json_body={"generation": r.body["generation"]}).status \
+        == 200
+    over(t.req("POST", f"{API}/rs-one/resume"), "running_sessions", 1)
+
+
+def test_the_commands_in_flight_quota_and_a_change_of_it(client):
+    tid, t = quota_tenant(client, {"commands_in_flight": 1})
+    gen = t.ready("cmd-one")
+    bg = t.exec("cmd-one", gen, ["sleep", "30"], background=True, exec_scope="scope-bg")
+    assert bg.status == 200 and bg.body["status"] == "RUNNING", bg
+    refused = t.exec("cmd-one", gen, ["touch", "/workspace/never"], exec_scope="scope-fg")
+    over(refused, "commands_in_flight", 1)
+    # The refusal recorded nothing and ran nothing.
+    execs = client.get("/api/v1/admin/execs", params={"sandbox_id": f"{tid}~cmd-one"})
+    assert execs.body["total"] == 1 and len(execs.body["execs"]) == 1, execs.body
+    # The operator raises the quota: the tenant sees it within a second.
+    r = client.request("PATCH", f"{ADMIN}/{tid}", json_body={"quotas": {"commands_in_flight": 2}})
+    assert r.status == 200, r
+    import time
+    deadline = time.monotonic() + 5
+    while True:
+        ok = t.exec("cmd-one", gen, ["true"], exec_scope="scope-fg")
+        if ok.status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert ok.status == 200 and ok.body["status"] == "SUCCEEDED", ok
+    xid = bg.body["exec_id"]
+    assert t.req("POST", f"{API}/cmd-one/exec/{xid}/cancel", params={"generation": gen}).status \
+        == 200
+    for _ in range(100):
+        if t.req("GET", f"{API}/cmd-one/exec/{xid}", params={"generation": gen}).body["status"] \
+                != "RUNNING":
+            break
+        time.sleep(0.1)
+    r = t.exec("cmd-one", gen, ["sh", "-c", "ls /workspace"])
+    assert r.status == 200 and "never" not in r.body["stdout"], r
