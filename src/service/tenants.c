@@ -126,6 +126,17 @@ json_t *sl_svc_tenant_create(struct sl_service *svc, const char *tenant_id, cons
     return tenant_view(&t);
 }
 
+/* What the tenant uses now, by the names of its quotas. */
+static json_t *usage_view(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
+    int64_t sandboxes, running, commands;
+    if (svc->store->ops->tenant_usage(svc->store, tenant_id, &sandboxes, &running, &commands,
+                                      err) < 0)
+        return NULL;
+    return json_pack("{s:I,s:I,s:I}", "sandboxes", (json_int_t)sandboxes, "running_sessions",
+                     (json_int_t)running, "commands_in_flight", (json_int_t)commands);
+}
+
 json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
 {
     if (require_tenancy(svc, err) < 0)
@@ -136,6 +147,12 @@ json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct 
         return found < 0 ? NULL : (tenant_missing(err), NULL);
     json_t *doc = tenant_view(&t);
     sl_tenant_clear(&t);
+    json_t *usage = doc ? usage_view(svc, tenant_id, err) : NULL;
+    if (!usage) {
+        json_decref(doc);
+        return NULL;
+    }
+    json_object_set_new(doc, "usage", usage);
     return doc;
 }
 

@@ -206,6 +206,10 @@ def test_the_sandboxes_quota(client, daemon):
     assert t.req("DELETE", f"{API}/q-one").status == 200
     assert t.resolve("q-three").status == 200
     over(t.resolve("q-one"), "sandboxes", 2)  # released: resolving it again is a new one
+    # The usage, as the tenant and the operator see it.
+    me = t.req("GET", "/api/v1/tenant")
+    assert me.status == 200 and me.body["usage"]["sandboxes"] == 2, me
+    assert client.get(f"{ADMIN}/{tid}").body["usage"] == me.body["usage"]
 
 
 def test_the_running_sessions_quota(client):
