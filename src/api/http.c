@@ -289,28 +289,47 @@ static void add_warnings(struct conn_state *st, struct sl_response *resp)
     json_decref(doc);
 }
 
-/* A tenant sees its own names without its namespace: every "sandbox_id",
- * "workspace_scope_id" and "source_sandbox_id" string of the answer that
- * starts with "<tenant_id>~" loses that prefix, at any depth. */
-static void strip_namespace(json_t *j, const char *prefix, size_t plen)
+/* A tenant sees its own names without its namespace: the "sandbox_id",
+ * "workspace_scope_id" and "source_sandbox_id" strings that start with
+ * "<tenant_id>~" lose that prefix, where answers hold them: at the top
+ * level and in the records they list, up to three levels down (an audit's
+ * executions.recent[]). Values under other keys (a command's argv, its
+ * output) are the tenant's own data and are never looked at. */
+static void strip_fields(json_t *obj, const char *prefix, size_t plen)
 {
+    static const char *const fields[] = {"sandbox_id", "workspace_scope_id", "source_sandbox_id"};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        json_t *v = json_object_get(obj, fields[i]);
+        const char *text = json_string_value(v);
+        if (text && strncmp(text, prefix, plen) == 0)
+            json_string_set(v, text + plen);
+    }
+}
+
+static void strip_namespace(json_t *j, const char *prefix, size_t plen, int depth)
+{
+    if (depth > 3)
+        return;
     if (json_is_array(j)) {
         size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v)
-            strip_namespace(v, prefix, plen);
+        json_t *item;
+        json_array_foreach(j, i, item)
+            strip_namespace(item, prefix, plen, depth + 1);
         return;
     }
+    if (!json_is_object(j))
+        return;
+    strip_fields(j, prefix, plen);
     const char *key;
     json_t *v;
     json_object_foreach(j, key, v) {
-        const char *text = json_string_value(v);
-        if (text && strncmp(text, prefix, plen) == 0 &&
-            (strcmp(key, "sandbox_id") == 0 || strcmp(key, "workspace_scope_id") == 0 ||
-             strcmp(key, "source_sandbox_id") == 0))
-            json_string_set(v, text + plen);
-        else if (json_is_object(v) || json_is_array(v))
-            strip_namespace(v, prefix, plen);
+        /* Records are objects and lists of them; a command's argv, env
+         * and output are strings or lists of strings, never walked into. */
+        bool data = strcmp(key, "env") == 0 || strcmp(key, "labels") == 0 ||
+                    strcmp(key, "command") == 0;
+        if (!data &&
+            (json_is_object(v) || (json_is_array(v) && json_is_object(json_array_get(v, 0)))))
+            strip_namespace(v, prefix, plen, depth + 1);
     }
 }
 
@@ -326,7 +345,7 @@ static void tenant_view_of(struct conn_state *st, struct sl_response *resp)
     _cleanup_json_ json_t *doc = json_loadb(resp->body, resp->len, JSON_ALLOW_NUL, NULL);
     if (!doc)
         return;
-    strip_namespace(doc, prefix + 1, (size_t)plen - 1);
+    strip_namespace(doc, prefix + 1, (size_t)plen - 1, 0);
     char *body = json_dumps(doc, JSON_COMPACT);
     if (!body)
         return;
@@ -510,6 +529,36 @@ static char *forward_body(const struct conn_state *st, const struct sl_error_own
  * and relay its answer (run_forward answers). A request that already came
  * through the worker protocol is not sent on: it was addressed to this
  * worker, which no longer holds the sandbox. */
+static const char *path_param(const struct conn_state *st, const char *name);
+
+/* A decoded path ("/sandboxes/x/exec/a?b") escaped again segment by
+ * segment, so what the owner decodes is what this replica decoded.
+ * malloc'd, NULL on failure. */
+static char *escape_path(const char *path)
+{
+    struct sl_buf b;
+    sl_buf_init(&b, strlen(path) * 3 + 2);
+    bool ok = true;
+    for (const char *p = path; ok && *p;) {
+        size_t n = strcspn(p, "/");
+        if (n) {
+            char *seg = curl_easy_escape(NULL, p, (int)n);
+            ok = seg && sl_buf_append(&b, seg, strlen(seg)) == 0;
+            curl_free(seg);
+            p += n;
+        }
+        if (ok && *p == '/') {
+            ok = sl_buf_append(&b, "/", 1) == 0;
+            p++;
+        }
+    }
+    if (!ok || sl_buf_append(&b, "", 1) < 0) {
+        sl_buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
 static void start_forward(struct conn_state *st, struct sl_response *resp)
 {
     const struct sl_error_owner *o = &resp->owner;
@@ -518,6 +567,16 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
         answer_error(st, SL_E_STALE_ROUTE,
                      "the sandbox is held by another worker than the one this request was "
                      "sent to");
+        return;
+    }
+    /* Only a route of one sandbox has an owner to forward to. Resolve meets
+     * one when it wakes a sandbox whose owner is another live replica: its
+     * own path means nothing there, so the client is told what to call. */
+    if (!path_param(st, "sandbox_id")) {
+        free(resp->body);
+        answer_error(st, SL_E_WORKER_UNREACHABLE,
+                     "the sandbox is suspended on another worker: resume it first (POST "
+                     "/api/v1/sandboxes/{sandbox_id}/resume), then resolve it");
         return;
     }
     struct forward_job *job = calloc(1, sizeof(*job));
@@ -529,8 +588,9 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
     while (elen && o->endpoint[elen - 1] == '/')
         elen--;
     const char *rest = strncmp(st->path, "/api/v1/", 8) == 0 ? st->path + 7 : st->path;
-    if (job && !q.failed &&
-        asprintf(&job->url, "%.*s/internal/v1%s%s%.*s", (int)elen, o->endpoint, rest,
+    _cleanup_free_ char *escaped = escape_path(rest);
+    if (job && !q.failed && escaped &&
+        asprintf(&job->url, "%.*s/internal/v1%s%s%.*s", (int)elen, o->endpoint, escaped,
                  q.b.len ? "?" : "", (int)q.b.len, q.b.data ? q.b.data : "") < 0)
         job->url = NULL;
     sl_buf_free(&q.b);

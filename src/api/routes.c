@@ -767,7 +767,7 @@ static void respond_created(struct sl_response *resp, json_t *doc, const struct 
 /* A path's tenant_id: an id outside the alphabet names no tenant. */
 static bool tenant_param_ok(struct sl_response *resp, const char *id)
 {
-    if (sl_tenant_id_valid(id))
+    if (sl_tenant_id_lookup_valid(id))
         return true;
     struct sl_error err = {0};
     sl_error_set(&err, SL_E_TENANT_NOT_FOUND, 0, "no tenant with this tenant_id");

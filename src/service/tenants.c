@@ -37,6 +37,21 @@ bool sl_tenant_id_valid(const char *id)
     return true;
 }
 
+bool sl_tenant_id_lookup_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n <= SL_TENANT_ID_MAX)
+        return sl_tenant_id_valid(id);
+    if (n > 64)
+        return false;
+    char head[SL_TENANT_ID_MAX + 1];
+    snprintf(head, sizeof(head), "%.*s", SL_TENANT_ID_MAX, id);
+    for (size_t i = SL_TENANT_ID_MAX; i < n; i++)
+        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-'))
+            return false;
+    return sl_tenant_id_valid(head);
+}
+
 static int require_tenancy(struct sl_service *svc, struct sl_error *err)
 {
     if (svc->store->tenancy)
@@ -427,9 +442,12 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
             int found = svc->store->ops->api_key_get(svc->store, key_id, &k, err);
             if (found < 0)
                 return -1;
-            facts.exists = found == 1;
+            /* A tenant id longer than a tenant may have would be cut here
+             * and could then name another tenant's namespace: such a key
+             * is no key. */
+            facts.exists = found == 1 && sl_tenant_id_valid(k.tenant_id);
             snprintf(facts.tenant_id, sizeof(facts.tenant_id), "%.*s", SL_TENANT_ID_MAX,
-                     k.tenant_id);
+                     facts.exists ? k.tenant_id : "");
             snprintf(facts.secret_sha256, sizeof(facts.secret_sha256), "%s", k.secret_sha256);
             facts.expires_at = k.expires_at;
             facts.revoked_at = k.revoked_at;

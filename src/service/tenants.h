@@ -30,6 +30,11 @@ extern const char *const sl_tenant_quota_names[];
 /* Whether `id` is a tenant id: 1-64 characters of [a-z0-9-], starting with
  * a letter or digit. */
 bool sl_tenant_id_valid(const char *id);
+/* Whether `id` may name a stored tenant in a lookup: the same alphabet, up
+ * to the column's 64 (a build before tenant ids were limited to 32 could
+ * store one; the operator must still be able to see it and revoke its
+ * keys, while its keys are refused). */
+bool sl_tenant_id_lookup_valid(const char *id);
 
 /* Admin (the operator's). create: 201's document; TENANT_EXISTS when taken.
  * quotas: an object of sl_tenant_quota_names (checked by the caller), NULL

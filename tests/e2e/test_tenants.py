@@ -396,3 +396,30 @@ def test_names_and_quota_fields_are_bounded_in_bytes(client):
     # A long unknown limit name, cut mid-character in the error, is still refused.
     r = client.post(ADMIN, json={"tenant_id": tid(), "quotas": {"a" + "é" * 50: 5}})
     assert r.status == 422, r
+
+
+@pytest.mark.sqlite_file
+def test_a_stored_tenant_id_longer_than_allowed_is_no_tenant_for_its_keys(daemon_factory):
+    """A tenant id of 33-64 characters (a build before the limit could store
+    one) would be cut to 32 in a key's principal and could name another
+    tenant's namespace: its keys are refused, and the operator can still
+    see the tenant and revoke its keys."""
+    import hashlib
+    d = daemon_factory()
+    c = d.client()
+    long_id = "l" * 40
+    secret = "ab" * 24
+    now = "2026-12-02 00:00:00.000000"
+    db = sqlite3.connect(str(d.db_path))
+    db.execute("INSERT INTO agent_sandbox_tenant (tenant_id, quotas_json, created_by, "
+               "created_at, updated_at) VALUES (?, NULL, 'old', ?, ?)", (long_id, now, now))
+    db.execute("INSERT INTO agent_sandbox_api_key (key_id, tenant_id, name, secret_sha256, "
+               "created_by, created_at, expires_at, revoked_at) VALUES (?, ?, 'old', ?, 'old', ?, "
+               "NULL, NULL)", ("sl0000000000aa", long_id,
+                               hashlib.sha256(secret.encode()).hexdigest(), now))
+    db.commit()
+    db.close()
+    unauthorized(c.get("/api/v1/tenant", token=f"sl0000000000aa_{secret}"))
+    assert c.get(f"{ADMIN}/{long_id}").status == 200
+    r = c.delete(f"{ADMIN}/{long_id}/keys/sl0000000000aa")
+    assert r.status == 200 and r.body["status"] == "revoked", r
