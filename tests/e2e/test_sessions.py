@@ -158,7 +158,11 @@ def test_a_background_server_keeps_serving_and_logging(daemon_factory):
     d = daemon_factory({"SANDBOX_SESSION_IDLE_SECONDS": "1"})
     sb = Sandbox(d.client(), "server-" + uuid.uuid4().hex[:8], "scope")
     assert sb.resolve().status == 200 and sb.connect().status == 200
-    port = 20000 + (sb.uid % 20000)
+    # Below the kernel's ephemeral range (32768-60999): a port there can be
+    # the local port of some client connection of the host at that moment
+    # (sandboxes share the host's network here), and the server's bind then
+    # fails. The uid keeps concurrent sandboxes apart.
+    port = 20000 + (sb.uid % 12000)
     assert sb.write("/workspace/index.html", "hello\n").status == 200
     # GET the page `n` times (each request writes a ~250-byte log line to
     # the server's stderr: 300 of them would fill a pipe nobody reads).
