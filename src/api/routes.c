@@ -90,9 +90,13 @@ static bool quota_admits(struct sl_request *req, struct sl_response *resp,
     return false;
 }
 
-static bool is_tenant(const struct sl_request *req)
+/* Whether the request is a tenant's with `limit` set: only then does it
+ * take the quota lock and count (an unlimited tenant's commands are not
+ * serialized for nothing). */
+static bool quota_gated(const struct sl_request *req, enum sl_tenant_limit limit)
 {
-    return req->principal && req->principal->kind == SL_PRINCIPAL_TENANT;
+    return req->principal && req->principal->kind == SL_PRINCIPAL_TENANT &&
+           req->principal->quota[limit] >= 0;
 }
 
 /* The answer of a service call: the document, or the error it raised. */
@@ -246,8 +250,10 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
         if (sl_router_id_is_route(id)) {
             sl_router_refuse_reserved_id(id, &err);
             respond_error(resp, &err);
-        } else if (!tenant) {
-            respond_result(resp, sl_svc_resolve(req->svc, id, scope, profile, &err), &err);
+        } else if (!quota_gated(req, SL_LIMIT_SANDBOXES)) {
+            respond_result(resp, sl_svc_resolve(req->svc, tenant ? nid : id,
+                                                tenant ? nscope : scope, profile, &err),
+                           &err);
         } else {
             sl_svc_quota_lock(req->svc);
             if (quota_admits(req, resp, SL_LIMIT_SANDBOXES, nid))
@@ -282,12 +288,12 @@ static void h_connect(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        bool tenant = is_tenant(req);
-        if (tenant)
+        bool gated = quota_gated(req, SL_LIMIT_RUNNING_SESSIONS);
+        if (gated)
             sl_svc_quota_lock(req->svc);
-        if (!tenant || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+        if (!gated || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
             respond_result(resp, sl_svc_connect(req->svc, req->params[0], generation, &err), &err);
-        if (tenant)
+        if (gated)
             sl_svc_quota_unlock(req->svc);
     }
     sl_v_free(&v);
@@ -312,12 +318,12 @@ static void h_suspend(struct sl_request *req, struct sl_response *resp)
 static void h_resume(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
-    bool tenant = is_tenant(req);
-    if (tenant)
+    bool gated = quota_gated(req, SL_LIMIT_RUNNING_SESSIONS);
+    if (gated)
         sl_svc_quota_lock(req->svc);
-    if (!tenant || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+    if (!gated || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
         respond_result(resp, sl_svc_resume(req->svc, req->params[0], &err), &err);
-    if (tenant)
+    if (gated)
         sl_svc_quota_unlock(req->svc);
 }
 
@@ -501,8 +507,8 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
 
     /* A tenant's command counts against its commands_in_flight from its
      * admission on: the check and the admission go together. */
-    bool tenant = is_tenant(req);
-    if (tenant) {
+    bool gated = quota_gated(req, SL_LIMIT_COMMANDS);
+    if (gated) {
         sl_svc_quota_lock(req->svc);
         if (!quota_admits(req, resp, SL_LIMIT_COMMANDS, NULL)) {
             sl_svc_quota_unlock(req->svc);
@@ -516,7 +522,7 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
     json_t *doc = NULL;
     int rc = sl_svc_exec(req->svc, req->params[0], &p.req, d ? exec_answered : NULL, d, &doc,
                          &err);
-    if (tenant)
+    if (gated)
         sl_svc_quota_unlock(req->svc);
     if (rc == 1)
         return; /* exec_answered answers */

@@ -29,11 +29,20 @@ static bool lower_hex(const char *s, size_t n)
     return true;
 }
 
+static bool key_id_shape(const char *s)
+{
+    return s[0] == 's' && s[1] == 'l' && lower_hex(s + 2, SL_KEY_ID_LEN - 2);
+}
+
+bool sl_key_id_valid(const char *id)
+{
+    return id && strlen(id) == SL_KEY_ID_LEN && key_id_shape(id);
+}
+
 bool sl_api_key_parse(const char *text, size_t len, char key_id[SL_KEY_ID_LEN + 1],
                       char secret[SL_KEY_SECRET_LEN + 1])
 {
-    if (!text || len != SL_API_KEY_LEN || text[0] != 's' || text[1] != 'l' ||
-        text[SL_KEY_ID_LEN] != '_' || !lower_hex(text + 2, SL_KEY_ID_LEN - 2) ||
+    if (!text || len != SL_API_KEY_LEN || !key_id_shape(text) || text[SL_KEY_ID_LEN] != '_' ||
         !lower_hex(text + SL_KEY_ID_LEN + 1, SL_KEY_SECRET_LEN))
         return false;
     memcpy(key_id, text, SL_KEY_ID_LEN);

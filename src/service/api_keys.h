@@ -34,6 +34,9 @@
 int sl_api_key_generate(char key_id[SL_KEY_ID_LEN + 1], char secret[SL_KEY_SECRET_LEN + 1],
                         char api_key[SL_API_KEY_LEN + 1]);
 
+/* Whether `id` is exactly a key_id: "sl" and 12 lowercase hex digits. */
+bool sl_key_id_valid(const char *id);
+
 /* Split a key (exactly the form above, nothing around it) into its key_id
  * and secret. False for anything else. */
 bool sl_api_key_parse(const char *text, size_t len, char key_id[SL_KEY_ID_LEN + 1],

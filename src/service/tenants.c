@@ -26,10 +26,11 @@ const char *const sl_tenant_quota_names[] = {
 /* key_id draws before giving up (48 random bits: a clash is a fluke). */
 #define KEY_ID_ATTEMPTS 3
 
-bool sl_tenant_id_valid(const char *id)
+/* 1 to max characters of [a-z0-9-], not starting with '-'. */
+static bool tenant_id_shape(const char *id, size_t max)
 {
     size_t n = id ? strlen(id) : 0;
-    if (n < 1 || n > SL_TENANT_ID_MAX || id[0] == '-')
+    if (n < 1 || n > max || id[0] == '-')
         return false;
     for (size_t i = 0; i < n; i++)
         if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-'))
@@ -37,19 +38,14 @@ bool sl_tenant_id_valid(const char *id)
     return true;
 }
 
+bool sl_tenant_id_valid(const char *id)
+{
+    return tenant_id_shape(id, SL_TENANT_ID_MAX);
+}
+
 bool sl_tenant_id_lookup_valid(const char *id)
 {
-    size_t n = id ? strlen(id) : 0;
-    if (n <= SL_TENANT_ID_MAX)
-        return sl_tenant_id_valid(id);
-    if (n > 64)
-        return false;
-    char head[SL_TENANT_ID_MAX + 1];
-    snprintf(head, sizeof(head), "%.*s", SL_TENANT_ID_MAX, id);
-    for (size_t i = SL_TENANT_ID_MAX; i < n; i++)
-        if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= '0' && id[i] <= '9') || id[i] == '-'))
-            return false;
-    return sl_tenant_id_valid(head);
+    return tenant_id_shape(id, 64); /* the column's width */
 }
 
 static int require_tenancy(struct sl_service *svc, struct sl_error *err)
@@ -152,14 +148,24 @@ static json_t *usage_view(struct sl_service *svc, const char *tenant_id, struct 
                      (json_int_t)running, "commands_in_flight", (json_int_t)commands);
 }
 
-json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+/* The tenant's row into *t: 0, or -1 when there is no such tenant (err
+ * TENANT_NOT_FOUND), no tenancy, or the store failed. */
+static int tenant_load(struct sl_service *svc, const char *tenant_id, struct sl_tenant *t,
+                       struct sl_error *err)
 {
     if (require_tenancy(svc, err) < 0)
-        return NULL;
+        return -1;
+    int found = svc->store->ops->tenant_get(svc->store, tenant_id, t, err);
+    if (found == 0)
+        tenant_missing(err);
+    return found == 1 ? 0 : -1;
+}
+
+json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
     struct sl_tenant t;
-    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
-    if (found <= 0)
-        return found < 0 ? NULL : (tenant_missing(err), NULL);
+    if (tenant_load(svc, tenant_id, &t, err) < 0)
+        return NULL;
     json_t *doc = tenant_view(&t);
     sl_tenant_clear(&t);
     json_t *usage = doc ? usage_view(svc, tenant_id, err) : NULL;
@@ -189,12 +195,9 @@ json_t *sl_svc_tenant_list(struct sl_service *svc, struct sl_error *err)
 json_t *sl_svc_tenant_set_quotas(struct sl_service *svc, const char *tenant_id,
                                  const json_t *quotas, struct sl_error *err)
 {
-    if (require_tenancy(svc, err) < 0)
-        return NULL;
     struct sl_tenant t;
-    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
-    if (found <= 0)
-        return found < 0 ? NULL : (tenant_missing(err), NULL);
+    if (tenant_load(svc, tenant_id, &t, err) < 0)
+        return NULL;
     /* A merge: the names given change, the others stay; null removes. Two
      * operators patching the same tenant at once: the last one wins. */
     _cleanup_json_ json_t *limits = quotas_of(t.quotas_json);
@@ -222,21 +225,19 @@ json_t *sl_svc_tenant_set_quotas(struct sl_service *svc, const char *tenant_id,
     return doc;
 }
 
-/* 1 the tenant exists, 0 not (err says so), -1 the store failed. */
+/* 0 the tenant exists, -1 not (err says why). */
 static int tenant_exists(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
 {
     struct sl_tenant t;
-    int found = svc->store->ops->tenant_get(svc->store, tenant_id, &t, err);
+    int rc = tenant_load(svc, tenant_id, &t, err);
     sl_tenant_clear(&t);
-    if (found == 0)
-        tenant_missing(err);
-    return found;
+    return rc;
 }
 
 json_t *sl_svc_api_key_create(struct sl_service *svc, const char *tenant_id, const char *name,
                               int64_t expires_at, struct sl_error *err)
 {
-    if (require_tenancy(svc, err) < 0 || tenant_exists(svc, tenant_id, err) <= 0)
+    if (tenant_exists(svc, tenant_id, err) < 0)
         return NULL;
     struct sl_api_key k = {.created_by = OPERATOR_ACTOR, .created_at = sl_now_us(),
                            .expires_at = expires_at};
@@ -275,7 +276,7 @@ json_t *sl_svc_api_key_create(struct sl_service *svc, const char *tenant_id, con
 
 json_t *sl_svc_api_key_list(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
 {
-    if (require_tenancy(svc, err) < 0 || tenant_exists(svc, tenant_id, err) <= 0)
+    if (tenant_exists(svc, tenant_id, err) < 0)
         return NULL;
     struct sl_api_key *v = NULL;
     size_t n = 0;
@@ -291,17 +292,6 @@ json_t *sl_svc_api_key_list(struct sl_service *svc, const char *tenant_id, struc
     return json_pack("{s:s,s:o}", "tenant_id", tenant_id, "keys", items);
 }
 
-static bool key_id_valid(const char *id)
-{
-    char parsed[SL_KEY_ID_LEN + 1], secret[SL_KEY_SECRET_LEN + 1];
-    char probe[SL_API_KEY_LEN + 1];
-    if (!id || strlen(id) != SL_KEY_ID_LEN)
-        return false;
-    /* The id as the first part of a key whose secret is well formed. */
-    snprintf(probe, sizeof(probe), "%s_%0*d", id, SL_KEY_SECRET_LEN, 0);
-    return sl_api_key_parse(probe, strlen(probe), parsed, secret);
-}
-
 json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, const char *key_id,
                               struct sl_error *err)
 {
@@ -310,7 +300,7 @@ json_t *sl_svc_api_key_revoke(struct sl_service *svc, const char *tenant_id, con
     /* Exactly a key_id: a database whose collation folds case or ignores
      * trailing spaces (MySQL's) would otherwise revoke a row under a
      * spelling the cache does not know. */
-    if (!key_id_valid(key_id)) {
+    if (!sl_key_id_valid(key_id)) {
         sl_error_set(err, SL_E_API_KEY_NOT_FOUND, 0, "this tenant has no key with this key_id");
         return NULL;
     }
