@@ -61,7 +61,8 @@ struct shared_edit {
 
 /* Under the local lock: start from the store's copy, edit, upload, then the
  * local copy is written (last writer wins across replicas, as FLEET.md
- * says). */
+ * says). A read (no edit) uploads nothing: writing back the copy it just
+ * read would undo another replica's publish that landed in between. */
 static int shared_edit(json_t *catalog, void *arg, struct sl_error *err)
 {
     struct shared_edit *e = arg;
@@ -74,7 +75,7 @@ static int shared_edit(json_t *catalog, void *arg, struct sl_error *err)
         json_decref(shared);
     }
     int rc = e->edit ? e->edit(catalog, e->arg, err) : 0;
-    if (rc != 0 || !e->svc->blobstore)
+    if (rc != 0 || !e->edit || !e->svc->blobstore)
         return rc;
     char *text = json_dumps(catalog, JSON_INDENT(2) | JSON_SORT_KEYS);
     if (!text)

@@ -7,7 +7,9 @@ attach fetches them again.
 The S3 server is tests/s3server's s3rver behind a SigV4-checking front,
 started here through its wrapper (installed with npm on first use). A host
 that cannot run it fails the test with the reason."""
+import json
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -18,6 +20,13 @@ def store_env(endpoint, bucket):
     return {"SANDBOX_BLOBSTORE_ENDPOINT": endpoint, "SANDBOX_BLOBSTORE_BUCKET": bucket,
             "BLOBSTORE_ACCESS_KEY": "S3RVER", "BLOBSTORE_SECRET_KEY": "S3RVER",
             "SANDBOX_BLOBSTORE_BASE_PREFIX": "e2e"}
+
+
+def s3_control(endpoint, method, path):
+    """The test S3 server's own control routes (tests/s3server/sigv4-front.js)."""
+    with urllib.request.urlopen(urllib.request.Request(endpoint + path, method=method),
+                                timeout=10) as r:
+        return r.read()
 
 
 def ready(client, prefix):
@@ -52,8 +61,15 @@ def test_template_published_on_one_worker_runs_on_another(s3, daemon_factory):
     digest = r.body["digest"]
 
     # The catalog is shared: the second worker lists it.
+    s3_control(s3, "POST", "/__s3test/reset")
     listed = w2.client().get("/api/v1/templates").body["templates"]
     assert [t["digest"] for t in listed if t["name"] == name] == [digest], listed
+    # Reading it wrote nothing back: a read that uploaded the copy it had
+    # just read would undo another replica's publish landing in between.
+    assert w2.client().get("/api/v1/admin/overview").body["template_total"] >= 1
+    seen = json.loads(s3_control(s3, "GET", "/__s3test/log"))
+    assert [e for e in seen if e["method"] == "PUT"] == [], seen
+    assert any(e["method"] == "GET" and e["path"].endswith("catalog.json") for e in seen), seen
     # And materialises it from the store (its cache is empty).
     user = ready(w2.client(), "use")
     r = user.c.put(f"{user.path}/templates",
