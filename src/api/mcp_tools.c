@@ -423,7 +423,7 @@ static json_t *t_resolve(struct sl_service *svc, const json_t *args, struct sl_e
     } else if (sl_router_id_is_route(id)) {
         sl_router_refuse_reserved_id(id, err);
     } else {
-        _cleanup_json_ json_t *resolved = sl_svc_resolve(svc, id, scope, profile, err);
+        _cleanup_json_ json_t *resolved = sl_svc_resolve(svc, id, scope, profile, NULL, err);
         /* The answer is the route as stored after resolve (it may have
          * woken or reassigned it), in the MCP's own shape. */
         _cleanup_json_ json_t *route = resolved ? sl_svc_route_get(svc, id, err) : NULL;
@@ -626,7 +626,7 @@ static json_t *t_release(struct sl_service *svc, const json_t *args, struct sl_e
         fail_invalid(err, &v);
     } else {
         /* An unknown id is released already: the service answers RELEASED. */
-        _cleanup_json_ json_t *doc = sl_svc_release(svc, id, err);
+        _cleanup_json_ json_t *doc = sl_svc_release(svc, id, NULL, err);
         if (doc)
             out = json_pack("{s:s,s:s}", "sandbox_id", id, "status", "RELEASED");
     }

@@ -241,7 +241,8 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        char nid[130], nscope[194];
+        char nid[130], nscope[194], actor[SL_PRINCIPAL_ACTOR_MAX];
+        const char *by = sl_principal_actor(req->principal, actor);
         if (tenant) {
             snprintf(nid, sizeof(nid), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP, id);
             snprintf(nscope, sizeof(nscope), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP,
@@ -252,12 +253,13 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
             respond_error(resp, &err);
         } else if (!quota_gated(req, SL_LIMIT_SANDBOXES)) {
             respond_result(resp, sl_svc_resolve(req->svc, tenant ? nid : id,
-                                                tenant ? nscope : scope, profile, &err),
+                                                tenant ? nscope : scope, profile, by, &err),
                            &err);
         } else {
             sl_svc_quota_lock(req->svc);
             if (quota_admits(req, resp, SL_LIMIT_SANDBOXES, nid))
-                respond_result(resp, sl_svc_resolve(req->svc, nid, nscope, profile, &err), &err);
+                respond_result(resp, sl_svc_resolve(req->svc, nid, nscope, profile, by, &err),
+                               &err);
             sl_svc_quota_unlock(req->svc);
         }
     }
@@ -331,7 +333,9 @@ static void h_release(struct sl_request *req, struct sl_response *resp)
 {
     /* Any ?generation= is ignored: release uses the route's current one. */
     struct sl_error err = {0};
-    json_t *doc = sl_svc_release(req->svc, req->params[0], &err);
+    char actor[SL_PRINCIPAL_ACTOR_MAX];
+    json_t *doc = sl_svc_release(req->svc, req->params[0], sl_principal_actor(req->principal, actor),
+                                 &err);
     respond_result(resp, doc, &err);
 }
 

@@ -188,10 +188,11 @@ int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
  * used first, never a revision mounted by a live sandbox. */
 void svc_template_cache_budget(struct sl_service *svc);
 
-/* The release path (API.md §3.14) with a reason (§1.4) and, for the
- * reaper, a system actor (NULL = the client's actor for the scope). */
+/* The release path (API.md §3.14) with a reason (§1.4) and the actor the
+ * history records: the reaper's system actor, a tenant's key, or NULL for
+ * the client's actor of the scope ("workspace:<scope>"). */
 json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,
-                    const char *system_actor, struct sl_error *err);
+                    const char *by, struct sl_error *err);
 /* service/snapshots.c (FLEET.md §7.2, §8.3). wanted: an object store,
  * local storage, policy not "never". write: archive workspace/home/envs
  * and publish the manifest (SANDBOX_SNAPSHOT_FAILED on refusal). exists:

@@ -412,7 +412,7 @@ static int close_generation(struct sl_route *r, const char *reason, const char *
  * the compare-and-set (caller re-reads), -1 = error. */
 static int route_reassign(struct sl_service *svc, const struct sl_route *cur,
                           const struct sl_worker_entry *target, const char *reason,
-                          const char *scope, struct sl_error *err)
+                          const char *actor, struct sl_error *err)
 {
     int64_t now = sl_now_us();
     struct sl_route next = {0};
@@ -420,9 +420,6 @@ static int route_reassign(struct sl_service *svc, const struct sl_route *cur,
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     bool was_released = status_is(cur, "RELEASED");
     int rc = -1;
-    _cleanup_free_ char *actor = actor_for_scope(scope);
-    if (!actor)
-        goto out;
     if (!was_released && close_generation(&next, reason, "system:route-reassign", now) < 0)
         goto oom;
     next.generation = cur->generation + 1;
@@ -456,11 +453,11 @@ out:
 }
 
 static int insert_new_route(struct sl_service *svc, const char *sandbox_id, const char *scope,
-                            const struct sl_worker_entry *target, struct sl_error *err)
+                            const struct sl_worker_entry *target, const char *actor,
+                            struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
     int64_t now = sl_now_us();
-    _cleanup_free_ char *actor = actor_for_scope(scope);
     struct sl_route r = {
         .sandbox_id = (char *)sandbox_id,
         .workspace_scope_id = (char *)scope,
@@ -471,7 +468,7 @@ static int insert_new_route(struct sl_service *svc, const char *sandbox_id, cons
         .profile_hash = svc->profile_hash,
         .last_active_at = now,
         .generation_started_at = now,
-        .generation_created_by = actor,
+        .generation_created_by = (char *)actor,
         .last_lifetime_ms = -1,
         .lifecycle_count = 1,
         .created_at = now,
@@ -492,7 +489,7 @@ static int insert_new_route(struct sl_service *svc, const char *sandbox_id, cons
 }
 
 json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,
-                       const char *profile, struct sl_error *err)
+                       const char *profile, const char *actor, struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
     if (strcmp(profile, cfg->profile_id) != 0) {
@@ -501,6 +498,11 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
     }
     if (ws_sandbox_id_check(sandbox_id, err) < 0)
         return NULL;
+    _cleanup_free_ char *scope_actor = actor ? NULL : actor_for_scope(scope);
+    if (!actor && !(actor = scope_actor)) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
     for (int attempt = 0; attempt < RESOLVE_ATTEMPTS; attempt++) {
         struct sl_route r = {0};
         struct sl_worker_entry owner;
@@ -510,7 +512,7 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
         if (!found) {
             if (place(svc, &owner, err) < 0)
                 return NULL;
-            if (insert_new_route(svc, sandbox_id, scope, &owner, err) < 0)
+            if (insert_new_route(svc, sandbox_id, scope, &owner, actor, err) < 0)
                 return NULL;
             continue; /* re-read: ours or the concurrent winner's row */
         }
@@ -528,13 +530,13 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
         } else if (strcmp(r.profile_hash, svc->profile_hash) != 0) {
             rc = place(svc, &owner, err) < 0
                      ? -1
-                     : route_reassign(svc, &r, &owner, "PROFILE_UPGRADE", scope, err);
+                     : route_reassign(svc, &r, &owner, "PROFILE_UPGRADE", actor, err);
         } else if (status_is(&r, "RELEASED")) {
             int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             if (live < 0 || (!live && place(svc, &owner, err) < 0))
                 rc = -1;
             else
-                rc = route_reassign(svc, &r, &owner, "CLIENT_RELEASE", scope, err);
+                rc = route_reassign(svc, &r, &owner, "CLIENT_RELEASE", actor, err);
         } else {
             int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             if (live < 0) {
@@ -544,7 +546,7 @@ json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const cha
             } else if (!live && place(svc, &owner, err) < 0) {
                 rc = -1;
             } else {
-                rc = route_reassign(svc, &r, &owner, "WORKER_REASSIGNED", scope, err);
+                rc = route_reassign(svc, &r, &owner, "WORKER_REASSIGNED", actor, err);
             }
         }
         sl_route_clear(&r);
@@ -697,13 +699,14 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
     return rc;
 }
 
-json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const char *actor,
+                       struct sl_error *err)
 {
-    return svc_release(svc, sandbox_id, "CLIENT_RELEASE", NULL, err);
+    return svc_release(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
 }
 
 json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,
-                    const char *system_actor, struct sl_error *err)
+                    const char *by, struct sl_error *err)
 {
     struct sl_route r = {0};
     int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
@@ -774,7 +777,7 @@ json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *
     }
 
     /* RELEASING -> RELEASED, generation + 1. */
-    actor = system_actor ? strdup(system_actor) : actor_for_scope(r.workspace_scope_id);
+    actor = by ? strdup(by) : actor_for_scope(r.workspace_scope_id);
     now = sl_now_us();
     if (!actor || close_generation(&r, reason, actor, now) < 0) {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
@@ -999,7 +1002,8 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
             sl_error_set(err, "SANDBOX_SUSPEND_IN_PROGRESS", 0, "SANDBOX_SUSPEND_IN_PROGRESS");
         } else if (!status_is(&r, "SUSPENDED")) {
             /* Awake: a no-op, after the recovery resolve runs for a lost owner. */
-            answer = sl_svc_resolve(svc, sandbox_id, r.workspace_scope_id, r.profile_id, err);
+            answer = sl_svc_resolve(svc, sandbox_id, r.workspace_scope_id, r.profile_id, NULL,
+                                    err);
             if (answer) {
                 json_object_set_new(answer, "resumed", json_false());
                 json_object_set_new(answer, "workspace_source", json_string("active"));
@@ -1007,7 +1011,9 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
             rc = answer ? 1 : -1;
         } else {
             struct sl_worker_entry owner;
-            int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
+            _cleanup_free_ char *actor = actor_for_scope(r.workspace_scope_id);
+            int live = actor ? svc_worker_lookup(svc, r.worker_id, &owner, err)
+                             : sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
             bool usable = live == 1 && strcmp(owner.status, "ACTIVE") == 0 &&
                           strcmp(owner.profile_hash, svc->profile_hash) == 0 &&
                           owner.running_sessions < owner.capacity;
@@ -1033,8 +1039,8 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
                     rc = -1;
                 } else if (strcmp(target.worker_id, svc->worker_id) != 0) {
                     sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "SANDBOX_WORKER_UNREACHABLE");
-                } else if ((rc = route_reassign(svc, &r, &target, "WORKER_REASSIGNED",
-                                                r.workspace_scope_id, err)) == 1) {
+                } else if ((rc = route_reassign(svc, &r, &target, "WORKER_REASSIGNED", actor,
+                                                err)) == 1) {
                     struct sl_route now_r = {0};
                     int again = svc->store->ops->route_get(svc->store, sandbox_id, &now_r, err);
                     if (again == 1 && status_is(&now_r, "ASSIGNED"))
@@ -1049,7 +1055,7 @@ json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_
                     /* generation + 1, ASSIGNED, history entry */
                     rc = route_reassign(svc, &r, &owner,
                                         new_hash ? "PROFILE_UPGRADE" : "WORKER_REASSIGNED",
-                                        r.workspace_scope_id, err);
+                                        actor, err);
                 else
                     rc = route_move(svc, &r, "SUSPENDED", "ASSIGNED", false, err);
                 if (rc == 1) {

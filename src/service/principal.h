@@ -11,6 +11,7 @@
 #define SL_SERVICE_PRINCIPAL_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 /* tenant_id: 1-32 characters of [a-z0-9-] (service/tenants.h): short, since
  * a tenant's sandbox ids are stored as "<tenant_id>~<name>" in the
@@ -53,6 +54,21 @@ struct sl_principal {
 static inline bool sl_principal_is_operator(const struct sl_principal *p)
 {
     return p && p->kind == SL_PRINCIPAL_OPERATOR;
+}
+
+/* The actor the route history records for a tenant's request (FLEET.md's
+ * generation_created_by / released_by): the key that made it, with its
+ * tenant, e.g. "tenant:acme/key:sl0123456789ab". NULL for every other
+ * principal, whose actor stays the reference's "workspace:<scope>". */
+#define SL_PRINCIPAL_ACTOR_MAX (sizeof("tenant:/key:") + SL_TENANT_ID_MAX + SL_KEY_ID_MAX)
+
+static inline const char *sl_principal_actor(const struct sl_principal *p,
+                                             char buf[SL_PRINCIPAL_ACTOR_MAX])
+{
+    if (!p || p->kind != SL_PRINCIPAL_TENANT)
+        return NULL;
+    snprintf(buf, SL_PRINCIPAL_ACTOR_MAX, "tenant:%s/key:%s", p->tenant_id, p->key_id);
+    return buf;
 }
 
 #endif

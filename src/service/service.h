@@ -73,14 +73,17 @@ void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t 
  * registry again. */
 void sl_svc_owner_forget(struct sl_service *svc, const char *sandbox_id);
 
-/* Lifecycle (API.md §3.5–§3.8, §3.14). */
+/* Lifecycle (API.md §3.5–§3.8, §3.14). actor: who the route history
+ * records as creating or releasing a generation; NULL for the reference's
+ * "workspace:<scope>" (a tenant's key names itself, sl_principal_actor). */
 json_t *sl_svc_resolve(struct sl_service *svc, const char *sandbox_id, const char *scope,
-                       const char *profile, struct sl_error *err);
+                       const char *profile, const char *actor, struct sl_error *err);
 json_t *sl_svc_route_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 json_t *sl_svc_audit(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                        struct sl_error *err);
-json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const char *actor,
+                       struct sl_error *err);
 
 /* Suspend / resume (API.md §3.15, §3.16). Until the suspend issue lands
  * both refuse with SANDBOX_SUSPEND_UNSUPPORTED (501). */

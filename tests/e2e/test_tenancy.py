@@ -259,3 +259,33 @@ def test_the_commands_in_flight_quota_and_a_change_of_it(client):
         time.sleep(0.1)
     r = t.exec("cmd-one", gen, ["sh", "-c", "ls /workspace"])
     assert r.status == 200 and "never" not in r.body["stdout"], r
+
+
+def test_the_route_history_names_the_key_that_acted(client, daemon):
+    # Two keys of one tenant: the history says which one created the
+    # generation and which one released it. The operator's own actions keep
+    # the reference's "workspace:<scope>".
+    tid, key1 = tenant_key(client)
+    r = client.post(f"{ADMIN}/{tid}/keys", json={"name": "second"})
+    assert r.status == 201, r
+    key2 = r.body["api_key"]
+    first, second = As(client, key1), As(client, key2)
+    kid1, kid2 = key1.split("_")[0], key2.split("_")[0]
+    name = "actor-" + uuid.uuid4().hex[:8]
+    first.ready(name)
+    route = first.req("GET", f"{API}/{name}")
+    assert route.body["generation_created_by"] == f"tenant:{tid}/key:{kid1}", route.body
+    assert second.req("DELETE", f"{API}/{name}").status == 200
+    audit = first.req("GET", f"{API}/{name}/audit")
+    assert audit.status == 200, audit
+    closed = audit.body["history"][-1]
+    assert closed["created_by"] == f"tenant:{tid}/key:{kid1}", closed
+    assert closed["released_by"] == f"tenant:{tid}/key:{kid2}", closed
+    # The operator's own sandbox: the scope's actor, as in the reference
+    # (the operator cannot resolve a name in a tenant's namespace).
+    own = "op-" + uuid.uuid4().hex[:8]
+    gen = client.post(f"{API}/resolve", json={"sandbox_id": own, "workspace_scope_id": "ops"})
+    assert gen.status == 200, gen
+    route = client.get(f"{API}/{own}")
+    assert route.body["generation_created_by"] == "workspace:ops", route.body
+    assert client.delete(f"{API}/{own}").status == 200
