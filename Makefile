@@ -45,16 +45,17 @@ run: deps-run build
 fleet: deps build
 	scripts/fleet.sh $(BUILD) "$(FLEET_STATE)" "$(FLEET_PORT)"
 
-# Installs the programs under $(DESTDIR)$(PREFIX): sandloomd and
-# sandloom-doctor in bin/, sandloom-init (every sandbox's PID 1, not a
+# Installs the programs under $(DESTDIR)$(PREFIX): sandloomd, the CLI
+# sandloom and sandloom-doctor in bin/, sandloom-init (every sandbox's PID 1, not a
 # command) in libexec/sandloom/, where sandloomd looks for it.
 install: build
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(PREFIX)/libexec/sandloom"
-	install -m 0755 $(BUILD)/sandloomd $(BUILD)/sandloom-doctor "$(DESTDIR)$(PREFIX)/bin/"
+	install -m 0755 $(BUILD)/sandloomd $(BUILD)/sandloom $(BUILD)/sandloom-doctor "$(DESTDIR)$(PREFIX)/bin/"
 	install -m 0755 $(BUILD)/sandloom-init "$(DESTDIR)$(PREFIX)/libexec/sandloom/"
 
 uninstall:
-	rm -f "$(DESTDIR)$(PREFIX)/bin/sandloomd" "$(DESTDIR)$(PREFIX)/bin/sandloom-doctor" \
+	rm -f "$(DESTDIR)$(PREFIX)/bin/sandloomd" "$(DESTDIR)$(PREFIX)/bin/sandloom" \
+	      "$(DESTDIR)$(PREFIX)/bin/sandloom-doctor" \
 	      "$(DESTDIR)$(PREFIX)/libexec/sandloom/sandloom-init"
 	-rmdir "$(DESTDIR)$(PREFIX)/libexec/sandloom" 2>/dev/null
 

@@ -108,7 +108,7 @@ def test_make_install_puts_a_working_daemon_on_path(sandloomd_binary, workdir):
                    capture_output=True)
     prefix = workdir / "root" / "usr" / "local"
     for path in (prefix / "bin" / "sandloomd", prefix / "bin" / "sandloom-doctor",
-                 prefix / "libexec" / "sandloom" / "sandloom-init"):
+                 prefix / "bin" / "sandloom", prefix / "libexec" / "sandloom" / "sandloom-init"):
         assert path.is_file() and os.access(path, os.X_OK), path
     os.chmod(workdir / "root", 0o755)
     # Found by PATH, and it finds sandloom-init in libexec: a command runs.
@@ -122,8 +122,16 @@ def test_make_install_puts_a_working_daemon_on_path(sandloomd_binary, workdir):
         assert sb.resolve().status == 200 and sb.connect().status == 200
         r = sb.exec(["echo", "from an installed daemon"])
         assert r.status == 200 and r.body["stdout"] == "from an installed daemon\n", r
+        # The installed CLI reaches it.
+        r = subprocess.run([str(prefix / "bin" / "sandloom"), "--url",
+                            f"http://127.0.0.1:{d.port}", "--scope", "scope", "exec",
+                            "installed", "--", "echo", "from the installed CLI"],
+                           env={"PATH": "/usr/bin:/bin", "SANDLOOM_API_KEY": d.token or ""},
+                           capture_output=True, timeout=60)
+        assert r.returncode == 0 and r.stdout == b"from the installed CLI\n", r
     finally:
         d.cleanup()
     subprocess.run(["make", "-s", "-C", str(REPO), "uninstall", f"DESTDIR={workdir}/root",
                     "PREFIX=/usr/local"], check=True)
     assert not (prefix / "bin" / "sandloomd").exists()
+    assert not (prefix / "bin" / "sandloom").exists()

@@ -11,7 +11,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, find_binary
 
 
 def readme_blocks():
@@ -32,7 +32,8 @@ def test_the_readme_blocks_run_in_order(daemon_factory):
          'curl() { command curl --fail-with-body "$@"; echo; }']
         + [b.replace("127.0.0.1:8080", f"127.0.0.1:{d.port}") for b in blocks])
     r = subprocess.run(["bash", "-c", script], cwd=shell, capture_output=True, text=True,
-                       timeout=180, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                       timeout=180, env={"PATH": f"{find_binary().parent}:"
+                                                 + os.environ.get("PATH", "/usr/bin:/bin"),
                                          "HOME": str(shell)})
     out = r.stdout
     print(out)
@@ -43,6 +44,9 @@ def test_the_readme_blocks_run_in_order(daemon_factory):
     assert out.count('"content_base64":"aGk="') == 2, out
     assert '"stdout":"v1\\n"' in out, out          # the template seen from the other sandbox
     assert '{"cancelled":true}' in out, out
+    # The CLI block: the command's output and exit code, the file read back.
+    assert "hi\nexit 3\n" in out and "a,b\n1,2\n" in out, out
+    assert '"sandbox_id":"proj"' in out, out
     assert '"status":"RELEASED"' in out, out
     # The background server answered the next command, and Go compiled
     # where the host has Go (make test installs Debian's golang-go).

@@ -1,0 +1,644 @@
+/* sandloom: the service from a shell. A user names a sandbox; the CLI finds
+ * its generation (cli/sandbox.c). Errors are one line, "sandloom: CODE:
+ * message", with the service's stable code; `exec` exits with the command's
+ * own exit code. --json prints the service's answer instead, for scripts.
+ *
+ * Configuration, first found wins: flags, then SANDLOOM_URL /
+ * SANDLOOM_API_KEY / SANDLOOM_SCOPE, then the config file ($SANDLOOM_CONFIG,
+ * else ~/.config/sandloom/config: "url = ...", "api_key = ...",
+ * "scope = ..." lines, '#' comments), then http://127.0.0.1:8080, scope
+ * "default". */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "cli/http.h"
+#include "cli/sandbox.h"
+#include "common/base64.h"
+
+/* Exit statuses besides a command's own (exec). */
+#define EXIT_REFUSED 1 /* the service refused, or could not be reached */
+#define EXIT_USAGE 2
+#define EXIT_TIMED_OUT 124 /* as timeout(1) */
+
+#define DEFAULT_URL "http://127.0.0.1:8080"
+#define CALL_TIMEOUT_S 60L
+/* A command's request waits for the command, plus this. */
+#define EXEC_GRACE_S 30L
+/* The File API's own limit is the service's to enforce; this only bounds
+ * what the CLI reads into memory to send. */
+#define UPLOAD_MAX (64L * 1024 * 1024)
+
+struct options {
+    char *url, *api_key, *scope;
+    bool json;
+};
+
+static const char USAGE[] =
+    "usage: sandloom [--url URL] [--scope SCOPE] [--json] COMMAND ...\n"
+    "\n"
+    "  create NAME              make the sandbox (or find it) and bring it up\n"
+    "  info NAME                its route: status, generation, worker\n"
+    "  rm NAME                  release it: processes and workspace are destroyed\n"
+    "  suspend NAME             stop its processes, keep its files, free the slot\n"
+    "  resume NAME              bring a suspended sandbox back\n"
+    "  exec [-t SECONDS] [-C DIR] [-e K=V]... NAME -- CMD [ARG]...\n"
+    "                           run CMD inside; its output goes to this terminal\n"
+    "                           and its exit code is sandloom's (124: timed out,\n"
+    "                           128+N: killed by signal N)\n"
+    "  cat NAME PATH            print a file of the sandbox\n"
+    "  ls NAME [PATH]           list a directory of the sandbox (/workspace)\n"
+    "  cp LOCAL NAME:PATH       copy a file into the sandbox\n"
+    "  cp NAME:PATH LOCAL       copy a file out of it ('-': standard output)\n"
+    "\n"
+    "  --url URL        the service (SANDLOOM_URL; default " DEFAULT_URL ")\n"
+    "  --scope SCOPE    the workspace scope names are resolved in\n"
+    "                   (SANDLOOM_SCOPE; default \"default\")\n"
+    "  --json           print the service's answers as JSON, for scripts\n"
+    "\n"
+    "The key (a tenant's API key or the internal token) comes from\n"
+    "SANDLOOM_API_KEY or the config file ($SANDLOOM_CONFIG, else\n"
+    "~/.config/sandloom/config), whose lines are \"url = ...\", \"api_key = ...\",\n"
+    "\"scope = ...\". Errors are one line: sandloom: CODE: message (exit 1).\n";
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "sandloom: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(sandloom --help for usage)\n");
+    return EXIT_USAGE;
+}
+
+static int refused(const struct options *o, const struct cli_error *e)
+{
+    if (o->json) {
+        json_t *doc = json_pack("{s:{s:s,s:s,s:I}}", "error", "code", e->code, "message",
+                                e->message, "status", (json_int_t)e->status);
+        json_dumpf(doc, stdout, JSON_COMPACT);
+        putchar('\n');
+        json_decref(doc);
+    }
+    fprintf(stderr, "sandloom: %s: %s\n", e->code, e->message);
+    return EXIT_REFUSED;
+}
+
+static void print_json(const json_t *doc)
+{
+    json_dumpf(doc, stdout, JSON_COMPACT | JSON_SORT_KEYS);
+    putchar('\n');
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+static char *trimmed(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* Fills what flags and the environment left unset. A missing file is
+ * fine; an unreadable or malformed one is said, not ignored. */
+static int read_config(struct options *o)
+{
+    char path[4096];
+    const char *given = getenv("SANDLOOM_CONFIG");
+    const char *home = getenv("HOME");
+    if (given && *given)
+        snprintf(path, sizeof(path), "%s", given);
+    else if (home && *home)
+        snprintf(path, sizeof(path), "%s/.config/sandloom/config", home);
+    else
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        if (errno == ENOENT && !(given && *given))
+            return 0;
+        fprintf(stderr, "sandloom: CLI_CONFIG: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int lineno = 0, rc = 0;
+    while (fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *s = trimmed(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            fprintf(stderr, "sandloom: CLI_CONFIG: %s:%d: expected key = value\n", path, lineno);
+            rc = -1;
+            break;
+        }
+        *eq = '\0';
+        char *key = trimmed(s), *value = trimmed(eq + 1);
+        char **slot = strcmp(key, "url") == 0       ? &o->url
+                      : strcmp(key, "api_key") == 0 ? &o->api_key
+                      : strcmp(key, "scope") == 0   ? &o->scope
+                                                    : NULL;
+        if (!slot) {
+            fprintf(stderr, "sandloom: CLI_CONFIG: %s:%d: unknown key '%s' (url, api_key, scope)\n",
+                    path, lineno, key);
+            rc = -1;
+            break;
+        }
+        if (!*slot && !(*slot = strdup(value))) {
+            rc = -1;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static char *env_dup(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? strdup(v) : NULL;
+}
+
+/* ---- commands ----------------------------------------------------------- */
+
+struct ctx {
+    struct options *o;
+    struct cli_conn conn;
+};
+
+static struct cli_sandbox sandbox_of(struct ctx *c, const char *name)
+{
+    return (struct cli_sandbox){.conn = &c->conn, .name = name, .scope = c->o->scope};
+}
+
+/* A name as the API spells one: nothing else reaches a path unescaped. */
+static bool valid_name(const char *name)
+{
+    if (!*name || strlen(name) > 128)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+              *p == '_' || *p == '.' || *p == ':' || *p == '-'))
+            return false;
+    return true;
+}
+
+static int route_info(struct ctx *c, const char *name, bool after_create)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/api/v1/sandboxes/%s", name);
+    json_t *doc = NULL;
+    struct cli_error e;
+    if (cli_call(&c->conn, "GET", path, NULL, CALL_TIMEOUT_S, &doc, &e) < 0)
+        return refused(c->o, &e);
+    if (c->o->json) {
+        print_json(doc);
+    } else {
+        const char *status = json_string_value(json_object_get(doc, "status"));
+        printf("%s\t%s\tgeneration %lld", name, status ? status : "?",
+               (long long)json_integer_value(json_object_get(doc, "generation")));
+        if (!after_create) {
+            const char *worker = json_string_value(json_object_get(doc, "worker_id"));
+            printf("\tuid %lld\tworker %s",
+                   (long long)json_integer_value(json_object_get(doc, "sandbox_uid")),
+                   worker ? worker : "-");
+        }
+        putchar('\n');
+    }
+    json_decref(doc);
+    return 0;
+}
+
+static int cmd_create(struct ctx *c, const char *name)
+{
+    struct cli_sandbox sb = sandbox_of(c, name);
+    struct cli_error e;
+    if (cli_sandbox_open(&sb, &e) < 0)
+        return refused(c->o, &e);
+    return route_info(c, name, true);
+}
+
+static int cmd_rm(struct ctx *c, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/api/v1/sandboxes/%s", name);
+    json_t *doc = NULL;
+    struct cli_error e;
+    if (cli_call(&c->conn, "DELETE", path, NULL, CALL_TIMEOUT_S, &doc, &e) < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    json_decref(doc);
+    return 0;
+}
+
+static int cmd_suspend(struct ctx *c, const char *name)
+{
+    /* Resolve only: opening would wake a suspended sandbox. */
+    json_t *doc = NULL, *body = json_pack("{s:s,s:s}", "sandbox_id", name, "workspace_scope_id",
+                                          c->o->scope);
+    struct cli_error e;
+    int rc = cli_call(&c->conn, "POST", "/api/v1/sandboxes/resolve", body, CALL_TIMEOUT_S, &doc,
+                      &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    struct cli_sandbox sb = sandbox_of(c, name);
+    sb.generation = json_integer_value(json_object_get(doc, "generation"));
+    json_decref(doc);
+    body = json_object();
+    rc = cli_sandbox_call(&sb, "POST", "/suspend", "", body, CALL_TIMEOUT_S * 5, &doc, &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    json_decref(doc);
+    return 0;
+}
+
+static int cmd_resume(struct ctx *c, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/api/v1/sandboxes/%s/resume", name);
+    json_t *doc = NULL;
+    struct cli_error e;
+    if (cli_call(&c->conn, "POST", path, NULL, CALL_TIMEOUT_S * 5, &doc, &e) < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    json_decref(doc);
+    return 0;
+}
+
+static bool write_all(FILE *f, const char *s)
+{
+    return !s || fwrite(s, 1, strlen(s), f) == strlen(s);
+}
+
+/* The command's ending as sandloom's exit status. */
+static int exit_status_of(const json_t *rec)
+{
+    const char *status = json_string_value(json_object_get(rec, "status"));
+    json_t *code = json_object_get(rec, "exit_code");
+    if (status && strcmp(status, "TIMED_OUT") == 0)
+        return EXIT_TIMED_OUT;
+    if (!json_is_integer(code))
+        return EXIT_REFUSED;
+    json_int_t n = json_integer_value(code);
+    if (n < 0)
+        return 128 + (int)(-n & 0x7f); /* killed by signal -n */
+    return (int)(n & 0xff);
+}
+
+static int cmd_exec(struct ctx *c, int argc, char **argv)
+{
+    long timeout = 0;
+    const char *cwd = NULL;
+    json_t *env = json_object();
+    int opt;
+    optind = 1;
+    while ((opt = getopt(argc, argv, "+t:C:e:")) != -1) {
+        char *end = NULL;
+        switch (opt) {
+        case 't':
+            timeout = strtol(optarg, &end, 10);
+            if (!*optarg || *end || timeout < 1) {
+                json_decref(env);
+                return usage_error("exec -t wants a whole number of seconds, not '%s'", optarg);
+            }
+            break;
+        case 'C':
+            cwd = optarg;
+            break;
+        case 'e': {
+            char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg) {
+                json_decref(env);
+                return usage_error("exec -e wants NAME=VALUE, not '%s'", optarg);
+            }
+            *eq = '\0';
+            json_object_set_new(env, optarg, json_string(eq + 1));
+            break;
+        }
+        default:
+            json_decref(env);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc || !valid_name(argv[optind])) {
+        json_decref(env);
+        return usage_error("exec wants a sandbox name, then -- and a command%s", "");
+    }
+    const char *name = argv[optind++];
+    if (optind < argc && strcmp(argv[optind], "--") == 0)
+        optind++;
+    if (optind >= argc) {
+        json_decref(env);
+        return usage_error("exec %s: no command given (sandloom exec NAME -- CMD ...)", name);
+    }
+    json_t *cmd = json_array();
+    for (int i = optind; i < argc; i++)
+        json_array_append_new(cmd, json_string(argv[i]));
+    unsigned char rnd[16];
+    char exec_id[64] = "cli-";
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        json_decref(env);
+        json_decref(cmd);
+        fprintf(stderr, "sandloom: CLI_INTERNAL: no random bytes for an exec id\n");
+        return EXIT_REFUSED;
+    }
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(exec_id + 4 + 2 * i, 3, "%02x", rnd[i]);
+    json_t *body = json_pack("{s:s,s:o}", "exec_id", exec_id, "argv", cmd);
+    if (json_object_size(env))
+        json_object_set(body, "env", env);
+    json_decref(env);
+    if (cwd)
+        json_object_set_new(body, "cwd", json_string(cwd));
+    if (timeout)
+        json_object_set_new(body, "timeout_seconds", json_integer(timeout));
+
+    struct cli_sandbox sb = sandbox_of(c, name);
+    struct cli_error e;
+    json_t *rec = NULL;
+    int rc = cli_sandbox_open(&sb, &e);
+    if (rc == 0)
+        rc = cli_sandbox_call(&sb, "POST", "/exec", "", body,
+                              (timeout ? timeout : 300) + EXEC_GRACE_S, &rec, &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json) {
+        print_json(rec);
+    } else {
+        fflush(stdout);
+        write_all(stdout, json_string_value(json_object_get(rec, "stdout")));
+        fflush(stdout);
+        write_all(stderr, json_string_value(json_object_get(rec, "stderr")));
+        if (json_is_true(json_object_get(rec, "truncated")))
+            fprintf(stderr, "sandloom: the command's output was truncated by the service\n");
+    }
+    int status = exit_status_of(rec);
+    json_decref(rec);
+    return status;
+}
+
+/* GET a file of the sandbox: its bytes, decoded (caller frees). */
+static int read_remote(struct ctx *c, const char *name, const char *path, struct sl_buf *out,
+                       struct cli_error *e)
+{
+    struct cli_sandbox sb = sandbox_of(c, name);
+    if (cli_sandbox_open(&sb, e) < 0)
+        return -1;
+    char *escaped = cli_escape(path), *query = NULL;
+    if (!escaped || asprintf(&query, "?path=%s", escaped) < 0) {
+        free(escaped);
+        snprintf(e->code, sizeof(e->code), "CLI_INTERNAL");
+        snprintf(e->message, sizeof(e->message), "out of memory");
+        return -1;
+    }
+    free(escaped);
+    json_t *doc = NULL;
+    int rc = cli_sandbox_call(&sb, "GET", "/files", query, NULL, CALL_TIMEOUT_S * 5, &doc, e);
+    free(query);
+    if (rc < 0)
+        return -1;
+    const char *b64 = json_string_value(json_object_get(doc, "content_base64"));
+    struct sl_error derr = {0};
+    rc = b64 ? sl_base64_decode_strict(b64, strlen(b64), out, SIZE_MAX / 2, &derr) : -1;
+    json_decref(doc);
+    if (rc < 0) {
+        snprintf(e->code, sizeof(e->code), "CLI_BAD_ANSWER");
+        snprintf(e->message, sizeof(e->message), "the file's content is not valid base64");
+    }
+    return rc;
+}
+
+static int cmd_cat(struct ctx *c, const char *name, const char *path)
+{
+    struct sl_buf data = {0};
+    struct cli_error e;
+    if (read_remote(c, name, path, &data, &e) < 0)
+        return refused(c->o, &e);
+    bool ok = fwrite(data.data, 1, data.len, stdout) == data.len;
+    sl_buf_free(&data);
+    return ok ? 0 : EXIT_REFUSED;
+}
+
+static int cmd_ls(struct ctx *c, const char *name, const char *path)
+{
+    struct cli_sandbox sb = sandbox_of(c, name);
+    struct cli_error e;
+    if (cli_sandbox_open(&sb, &e) < 0)
+        return refused(c->o, &e);
+    char *escaped = cli_escape(path), *query = NULL;
+    if (!escaped || asprintf(&query, "?path=%s", escaped) < 0) {
+        free(escaped);
+        return EXIT_REFUSED;
+    }
+    free(escaped);
+    json_t *doc = NULL;
+    int rc = cli_sandbox_call(&sb, "GET", "/files/list", query, NULL, CALL_TIMEOUT_S, &doc, &e);
+    free(query);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json) {
+        print_json(doc);
+    } else {
+        size_t i;
+        json_t *entry;
+        json_array_foreach(json_object_get(doc, "entries"), i, entry) {
+            const char *type = json_string_value(json_object_get(entry, "type"));
+            const char *entry_name = json_string_value(json_object_get(entry, "name"));
+            printf("%-9s %12lld  %s%s\n", type ? type : "?",
+                   (long long)json_integer_value(json_object_get(entry, "size_bytes")),
+                   entry_name ? entry_name : "?",
+                   type && strcmp(type, "directory") == 0 ? "/" : "");
+        }
+    }
+    json_decref(doc);
+    return 0;
+}
+
+/* "NAME:PATH" names a file of a sandbox; anything else is local. */
+static bool split_remote(char *arg, char **name, char **path)
+{
+    char *colon = strchr(arg, ':');
+    if (!colon || colon[1] != '/')
+        return false;
+    *colon = '\0';
+    if (!valid_name(arg)) {
+        *colon = ':';
+        return false;
+    }
+    *name = arg;
+    *path = colon + 1;
+    return true;
+}
+
+static int cmd_cp(struct ctx *c, char *src, char *dst)
+{
+    char *name, *path;
+    struct cli_error e;
+    if (split_remote(src, &name, &path)) {
+        struct sl_buf data = {0};
+        if (read_remote(c, name, path, &data, &e) < 0)
+            return refused(c->o, &e);
+        FILE *f = strcmp(dst, "-") == 0 ? stdout : fopen(dst, "we");
+        bool ok = f && fwrite(data.data, 1, data.len, f) == data.len;
+        if (f && f != stdout && fclose(f) != 0)
+            ok = false;
+        sl_buf_free(&data);
+        if (!ok) {
+            fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot write %s: %s\n", dst,
+                    strerror(errno));
+            return EXIT_REFUSED;
+        }
+        return 0;
+    }
+    if (!split_remote(dst, &name, &path))
+        return usage_error("cp: one side must be NAME:/PATH (a sandbox's file), not '%s'", dst);
+    FILE *f = fopen(src, "re");
+    if (!f) {
+        fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot read %s: %s\n", src, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    struct sl_buf data;
+    sl_buf_init(&data, (size_t)UPLOAD_MAX);
+    char chunk[65536];
+    size_t n;
+    bool ok = true;
+    while (ok && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        ok = sl_buf_append(&data, chunk, n) == 0;
+    ok = ok && !ferror(f);
+    fclose(f);
+    if (!ok) {
+        sl_buf_free(&data);
+        fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot read %s (or larger than %ld bytes)\n",
+                src, UPLOAD_MAX);
+        return EXIT_REFUSED;
+    }
+    char *b64 = sl_base64_encode(data.data ? data.data : "", data.len);
+    sl_buf_free(&data);
+    struct cli_sandbox sb = sandbox_of(c, name);
+    json_t *body = json_pack("{s:s,s:s}", "path", path, "content_base64", b64 ? b64 : "");
+    free(b64);
+    json_t *doc = NULL;
+    int rc = cli_sandbox_open(&sb, &e);
+    if (rc == 0)
+        rc = cli_sandbox_call(&sb, "PUT", "/files", "", body, CALL_TIMEOUT_S * 5, &doc, &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    json_decref(doc);
+    return 0;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static int dispatch(struct ctx *c, int argc, char **argv)
+{
+    const char *cmd = argv[0];
+    if (strcmp(cmd, "exec") == 0)
+        return cmd_exec(c, argc, argv);
+    if (strcmp(cmd, "cp") == 0) {
+        if (argc != 3)
+            return usage_error("cp wants SOURCE DESTINATION%s", "");
+        return cmd_cp(c, argv[1], argv[2]);
+    }
+    if (argc < 2 || !valid_name(argv[1]))
+        return usage_error("%s wants a sandbox name (letters, digits, _ . : -)", cmd);
+    const char *name = argv[1];
+    if (strcmp(cmd, "cat") == 0) {
+        if (argc != 3)
+            return usage_error("cat wants NAME PATH%s", "");
+        return cmd_cat(c, name, argv[2]);
+    }
+    if (strcmp(cmd, "ls") == 0) {
+        if (argc > 3)
+            return usage_error("ls wants NAME [PATH]%s", "");
+        return cmd_ls(c, name, argc == 3 ? argv[2] : "/workspace");
+    }
+    if (argc != 2)
+        return usage_error("%s wants exactly one sandbox name", cmd);
+    if (strcmp(cmd, "create") == 0)
+        return cmd_create(c, name);
+    if (strcmp(cmd, "info") == 0)
+        return route_info(c, name, false);
+    if (strcmp(cmd, "rm") == 0)
+        return cmd_rm(c, name);
+    if (strcmp(cmd, "suspend") == 0)
+        return cmd_suspend(c, name);
+    if (strcmp(cmd, "resume") == 0)
+        return cmd_resume(c, name);
+    return usage_error("unknown command '%s'", cmd);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"url", required_argument, NULL, 'u'},   {"scope", required_argument, NULL, 's'},
+        {"json", no_argument, NULL, 'j'},        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct options o = {0};
+    int opt;
+    /* '+': options end at the command; each command parses its own. */
+    while ((opt = getopt_long(argc, argv, "+h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'u':
+            free(o.url);
+            o.url = strdup(optarg);
+            break;
+        case 's':
+            free(o.scope);
+            o.scope = strdup(optarg);
+            break;
+        case 'j':
+            o.json = true;
+            break;
+        case 'h':
+            fputs(USAGE, stdout);
+            return 0;
+        default:
+            fputs("(sandloom --help for usage)\n", stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind >= argc) {
+        fputs(USAGE, stderr);
+        return EXIT_USAGE;
+    }
+    if (!o.url)
+        o.url = env_dup("SANDLOOM_URL");
+    if (!o.api_key)
+        o.api_key = env_dup("SANDLOOM_API_KEY");
+    if (!o.scope)
+        o.scope = env_dup("SANDLOOM_SCOPE");
+    if (read_config(&o) < 0)
+        return EXIT_USAGE;
+    if (!o.url)
+        o.url = strdup(DEFAULT_URL);
+    if (!o.scope)
+        o.scope = strdup("default");
+    size_t n = o.url ? strlen(o.url) : 0;
+    while (n && o.url[n - 1] == '/')
+        o.url[--n] = '\0';
+    struct ctx c = {.o = &o, .conn = {.url = o.url, .api_key = o.api_key}};
+    int rc = dispatch(&c, argc - optind, argv + optind);
+    free(o.url);
+    free(o.scope);
+    if (o.api_key) {
+        explicit_bzero(o.api_key, strlen(o.api_key));
+        free(o.api_key);
+    }
+    return rc;
+}

@@ -1,0 +1,179 @@
+"""The CLI `sandloom` (issue 14, item 4) driven as a user would, against a
+real daemon on real sandboxes: names, never generations; a command's output
+on the terminal and its exit code as the CLI's; files both ways; errors as
+one line with the service's stable code; --json for scripts; flags, the
+environment and a config file; a tenant's key sees only its tenant."""
+
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import find_binary
+
+CLI = find_binary().parent / "sandloom"
+ADMIN = "/api/v1/admin/tenants"
+
+
+@pytest.fixture(scope="module")
+def run(daemon, tmp_path_factory):
+    home = tmp_path_factory.mktemp("cli-home")
+
+    def run(*args, key=None, env=None, input=None, check=None):
+        full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+                "SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}",
+                "SANDLOOM_API_KEY": daemon.token if key is None else key}
+        full.update(env or {})
+        r = subprocess.run([str(CLI), *args], capture_output=True, env=full, input=input,
+                           timeout=120)
+        if check is not None:
+            assert r.returncode == check, (args, r.returncode, r.stdout, r.stderr)
+        return r
+    return run
+
+
+def name():
+    return "cli-" + uuid.uuid4().hex[:10]
+
+
+def one_error_line(r, code):
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert len(lines) == 1 and lines[0].startswith(f"sandloom: {code}: "), lines
+    return lines[0]
+
+
+def test_help_names_every_command(run):
+    r = run("--help", check=0)
+    text = r.stdout.decode()
+    for cmd in ("create", "info", "rm", "suspend", "resume", "exec", "cat", "ls", "cp",
+                "SANDLOOM_URL", "SANDLOOM_API_KEY", "--json"):
+        assert cmd in text, cmd
+    assert run().returncode == 2
+    r = run("frobnicate", "x")
+    assert r.returncode == 2 and b"unknown command 'frobnicate'" in r.stderr
+
+
+def test_a_session_by_name(run, tmp_path):
+    sb = name()
+    r = run("create", sb, check=0)
+    assert r.stdout.decode().startswith(f"{sb}\tREADY\tgeneration "), r.stdout
+    # A command's streams stay apart, its exit code is the CLI's.
+    r = run("exec", sb, "--", "sh", "-c", "echo out; echo err >&2; exit 3", check=3)
+    assert r.stdout == b"out\n" and r.stderr == b"err\n", r
+    run("exec", sb, "--", "true", check=0)
+    run("exec", sb, "--", "sh", "-c", "kill -9 $$", check=137)
+    run("exec", "-t", "1", sb, "--", "sleep", "10", check=124)
+    run("exec", sb, "--", "mkdir", "/workspace/sub", check=0)
+    r = run("exec", "-C", "/workspace/sub", "-e", "GREETING=hi there", sb, "--", "sh", "-c",
+            'echo "$GREETING from $(pwd)"', check=0)
+    assert r.stdout == b"hi there from /workspace/sub\n", r.stdout
+    # Files, both ways, bytes exactly.
+    local = tmp_path / "blob.bin"
+    data = bytes(range(256)) * 40
+    local.write_bytes(data)
+    run("cp", str(local), f"{sb}:/workspace/blob.bin", check=0)
+    assert run("cat", sb, "/workspace/blob.bin", check=0).stdout == data
+    back = tmp_path / "back.bin"
+    run("cp", f"{sb}:/workspace/blob.bin", str(back), check=0)
+    assert back.read_bytes() == data
+    listing = run("ls", sb, check=0).stdout.decode()
+    assert "blob.bin" in listing and str(len(data)) in listing, listing
+    # Suspend keeps the files; the next command wakes it, by name alone.
+    run("suspend", sb, check=0)
+    assert "\tSUSPENDED\t" in run("info", sb, check=0).stdout.decode()
+    r = run("exec", sb, "--", "sha256sum", "/workspace/blob.bin", check=0)
+    assert r.stdout.split()[0].decode() == __import__("hashlib").sha256(data).hexdigest()
+    run("suspend", sb, check=0)
+    run("resume", sb, check=0)
+    run("rm", sb, check=0)
+    assert "\tRELEASED\t" in run("info", sb, check=0).stdout.decode()
+
+
+def test_json_for_scripts(run):
+    sb = name()
+    doc = json.loads(run("--json", "create", sb, check=0).stdout)
+    assert doc["sandbox_id"] == sb and doc["status"] == "READY", doc
+    rec = json.loads(run("--json", "exec", sb, "--", "sh", "-c", "echo x; exit 4",
+                         check=4).stdout)
+    assert rec["status"] == "FAILED" and rec["exit_code"] == 4 and rec["stdout"] == "x\n"
+    run("exec", sb, "--", "touch", "/workspace/made", check=0)
+    entries = json.loads(run("--json", "ls", sb, check=0).stdout)["entries"]
+    assert [e["name"] for e in entries] == ["made"], entries
+    r = run("--json", "cat", sb, "/workspace/nope")
+    err = json.loads(r.stdout)["error"]
+    # The reference's answer to a missing file (API.md: 400, "path does not exist").
+    assert err == {"code": "SANDBOX_INVALID_ARGUMENT", "message": "path does not exist",
+                   "status": 400}, err
+    one_error_line(r, "SANDBOX_INVALID_ARGUMENT")
+    run("rm", sb, check=0)
+
+
+def test_errors_are_one_line_with_the_stable_code(run, client):
+    sb = name()
+    r = run("info", sb)
+    one_error_line(r, "SANDBOX_NOT_FOUND")
+    secret = "sl" + "0" * 12 + "_" + "1" * 48
+    r = run("create", sb, key=secret)
+    one_error_line(r, "SANDBOX_UNAUTHORIZED")
+    assert secret.encode() not in r.stdout + r.stderr
+    r = run("info", sb, env={"SANDLOOM_URL": "http://127.0.0.1:9"})
+    line = one_error_line(r, "CLI_UNREACHABLE")
+    assert "127.0.0.1:9" in line
+    # Usage mistakes are said before anything is sent (exit 2).
+    for args in (("exec", sb), ("exec", sb, "--"), ("exec", "-t", "soon", sb, "--", "true"),
+                 ("info", "no/slash"), ("cp", "a", "b"), ("cat", sb)):
+        r = run(*args)
+        assert r.returncode == 2 and r.stderr.startswith(b"sandloom: "), (args, r)
+
+
+def test_the_config_file_and_what_overrides_it(run, daemon, tmp_path):
+    cfg = tmp_path / "config"
+    cfg.write_text(f"# mine\nurl = http://127.0.0.1:{daemon.port}\napi_key = {daemon.token}\n"
+                   "scope = from-file\n")
+    env = {"SANDLOOM_CONFIG": str(cfg), "SANDLOOM_URL": "", "SANDLOOM_API_KEY": ""}
+    sb = name()
+    doc = json.loads(run("--json", "create", sb, env=env, check=0).stdout)
+    assert doc["workspace_scope_id"] == "from-file", doc
+    # The environment wins over the file, a flag over both.
+    r = run("--json", "info", sb, env={**env, "SANDLOOM_URL": "http://127.0.0.1:9"})
+    one_error_line(r, "CLI_UNREACHABLE")
+    r = run("--url", f"http://127.0.0.1:{daemon.port}", "info", sb,
+            env={**env, "SANDLOOM_URL": "http://127.0.0.1:9"}, check=0)
+    # Resolving the name in another scope is refused (the scope is part of the name).
+    r = run("--scope", "elsewhere", "create", sb, env=env)
+    one_error_line(r, "SANDBOX_SCOPE_MISMATCH")
+    run("rm", sb, env=env, check=0)
+    cfg.write_text("url: nope\n")
+    r = run("info", sb, env=env)
+    assert r.returncode == 2 and f"{cfg}:1: expected key = value".encode() in r.stderr, r
+    cfg.write_text("colour = blue\n")
+    r = run("info", sb, env=env)
+    assert r.returncode == 2 and b"unknown key 'colour'" in r.stderr, r
+
+
+def test_a_tenant_key_sees_only_its_tenant(run, client):
+    keys = []
+    for _ in range(2):
+        tid = "cli-" + uuid.uuid4().hex[:8]
+        assert client.post(ADMIN, json={"tenant_id": tid}).status == 201
+        r = client.post(f"{ADMIN}/{tid}/keys", json={"name": "cli"})
+        assert r.status == 201, r
+        keys.append(r.body["api_key"])
+    a, b = keys
+    sb = name()
+    run("create", sb, key=a, check=0)
+    run("exec", sb, "--", "sh", "-c", "echo mine > /workspace/who", key=a, check=0)
+    # The other tenant's same name is its own, empty sandbox ...
+    r = run("exec", sb, "--", "sh", "-c", "cat /workspace/who || echo none", key=b, check=0)
+    assert r.stdout == b"none\n", r
+    # ... and the first tenant's sandbox, seen by the second, does not exist.
+    run("rm", sb, key=b, check=0)
+    assert run("cat", sb, "/workspace/who", key=a, check=0).stdout == b"mine\n"
+    one_error_line(run("info", "never-" + sb, key=b), "SANDBOX_NOT_FOUND")
+    info = json.loads(run("--json", "info", sb, key=a, check=0).stdout)
+    assert info["sandbox_id"] == sb, info
+    run("rm", sb, key=a, check=0)
