@@ -52,11 +52,14 @@ install: build
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(PREFIX)/libexec/sandloom"
 	install -m 0755 $(BUILD)/sandloomd $(BUILD)/sandloom $(BUILD)/sandloom-doctor "$(DESTDIR)$(PREFIX)/bin/"
 	install -m 0755 $(BUILD)/sandloom-init "$(DESTDIR)$(PREFIX)/libexec/sandloom/"
+	install -d "$(DESTDIR)$(PREFIX)/share/bash-completion/completions"
+	install -m 0644 contrib/bash-completion/sandloom "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/sandloom"
 
 uninstall:
 	rm -f "$(DESTDIR)$(PREFIX)/bin/sandloomd" "$(DESTDIR)$(PREFIX)/bin/sandloom" \
 	      "$(DESTDIR)$(PREFIX)/bin/sandloom-doctor" \
-	      "$(DESTDIR)$(PREFIX)/libexec/sandloom/sandloom-init"
+	      "$(DESTDIR)$(PREFIX)/libexec/sandloom/sandloom-init" \
+	      "$(DESTDIR)$(PREFIX)/share/bash-completion/completions/sandloom"
 	-rmdir "$(DESTDIR)$(PREFIX)/libexec/sandloom" 2>/dev/null
 
 ASAN_BUILD ?= build-asan

@@ -177,3 +177,30 @@ def test_a_tenant_key_sees_only_its_tenant(run, client):
     info = json.loads(run("--json", "info", sb, key=a, check=0).stdout)
     assert info["sandbox_id"] == sb, info
     run("rm", sb, key=a, check=0)
+
+
+COMPLETION = Path(__file__).resolve().parents[2] / "contrib" / "bash-completion" / "sandloom"
+
+
+def complete(*words):
+    """What bash completion offers for the last of words (as typed so far)."""
+    script = (f"source {COMPLETION}; COMP_WORDS=(sandloom {' '.join(map(repr, words))}); "
+              f"COMP_CWORD={len(words)}; _sandloom; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    return sorted(filter(None, r.stdout.splitlines()))
+
+
+def test_bash_completion_offers_what_help_lists(run, tmp_path):
+    # Every command --help lists, and nothing else, is offered first ...
+    listed = sorted({line.split()[0] for line in run("--help", check=0).stdout.decode()
+                     .splitlines() if line.startswith("  ") and line[2:3].isalpha()})
+    assert complete("") == listed, (complete(""), listed)
+    assert complete("ex") == ["exec"]
+    # ... after the global flags too, and the flags themselves.
+    assert complete("--scope", "s1", "--json", "su") == ["suspend"]
+    assert complete("--u") == ["--url"]
+    assert complete("exec", "-") == ["--", "-C", "-e", "-t"]
+    # cp completes local paths.
+    (tmp_path / "data.csv").write_text("x")
+    assert complete("cp", f"{tmp_path}/da") == [f"{tmp_path}/data.csv"]

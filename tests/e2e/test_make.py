@@ -110,6 +110,7 @@ def test_make_install_puts_a_working_daemon_on_path(sandloomd_binary, workdir):
     for path in (prefix / "bin" / "sandloomd", prefix / "bin" / "sandloom-doctor",
                  prefix / "bin" / "sandloom", prefix / "libexec" / "sandloom" / "sandloom-init"):
         assert path.is_file() and os.access(path, os.X_OK), path
+    assert (prefix / "share" / "bash-completion" / "completions" / "sandloom").is_file()
     os.chmod(workdir / "root", 0o755)
     # Found by PATH, and it finds sandloom-init in libexec: a command runs.
     found = shutil.which("sandloom-doctor", path=str(prefix / "bin"))
@@ -135,3 +136,4 @@ def test_make_install_puts_a_working_daemon_on_path(sandloomd_binary, workdir):
                     "PREFIX=/usr/local"], check=True)
     assert not (prefix / "bin" / "sandloomd").exists()
     assert not (prefix / "bin" / "sandloom").exists()
+    assert not (prefix / "share" / "bash-completion" / "completions" / "sandloom").exists()
