@@ -35,6 +35,9 @@
 
 struct options {
     char *url, *api_key, *scope;
+    /* Where each came from, for doctor: "flag", "environment", a path. */
+    const char *url_from, *key_from, *scope_from;
+    char config_path[4096];
     bool json;
 };
 
@@ -54,6 +57,7 @@ static const char USAGE[] =
     "  ls NAME [PATH]           list a directory of the sandbox (/workspace)\n"
     "  cp LOCAL NAME:PATH       copy a file into the sandbox\n"
     "  cp NAME:PATH LOCAL       copy a file out of it ('-': standard output)\n"
+    "  doctor                   check the configuration, the service and the key\n"
     "\n"
     "  --url URL        the service (SANDLOOM_URL; default " DEFAULT_URL ")\n"
     "  --scope SCOPE    the workspace scope names are resolved in\n"
@@ -108,13 +112,14 @@ static char *trimmed(char *s)
  * fine; an unreadable or malformed one is said, not ignored. */
 static int read_config(struct options *o)
 {
-    char path[4096];
+    char *path = o->config_path;
+    const size_t path_size = sizeof(o->config_path);
     const char *given = getenv("SANDLOOM_CONFIG");
     const char *home = getenv("HOME");
     if (given && *given)
-        snprintf(path, sizeof(path), "%s", given);
+        snprintf(path, path_size, "%s", given);
     else if (home && *home)
-        snprintf(path, sizeof(path), "%s/.config/sandloom/config", home);
+        snprintf(path, path_size, "%s/.config/sandloom/config", home);
     else
         return 0;
     FILE *f = fopen(path, "re");
@@ -143,15 +148,20 @@ static int read_config(struct options *o)
                       : strcmp(key, "api_key") == 0 ? &o->api_key
                       : strcmp(key, "scope") == 0   ? &o->scope
                                                     : NULL;
+        const char **from = slot == &o->url ? &o->url_from
+                            : slot == &o->api_key ? &o->key_from : &o->scope_from;
         if (!slot) {
             fprintf(stderr, "sandloom: CLI_CONFIG: %s:%d: unknown key '%s' (url, api_key, scope)\n",
                     path, lineno, key);
             rc = -1;
             break;
         }
-        if (!*slot && !(*slot = strdup(value))) {
-            rc = -1;
-            break;
+        if (!*slot) {
+            if (!(*slot = strdup(value))) {
+                rc = -1;
+                break;
+            }
+            *from = path;
         }
     }
     fclose(f);
@@ -542,6 +552,73 @@ static int cmd_cp(struct ctx *c, char *src, char *dst)
     return 0;
 }
 
+/* One check's line: "ok   what  detail" or "FAIL what  detail". */
+static void check_line(const struct options *o, json_t *report, const char *what, bool ok,
+                       const char *detail)
+{
+    json_array_append_new(json_object_get(report, "checks"),
+                          json_pack("{s:s,s:b,s:s}", "check", what, "ok", ok, "detail", detail));
+    if (!o->json)
+        printf("%-4s %-9s %s\n", ok ? "ok" : "FAIL", what, detail);
+}
+
+/* What a user asks first when nothing works: which service, which key,
+ * and does the service take it. Exit 0 when every check passed. */
+static int cmd_doctor(struct ctx *c)
+{
+    struct options *o = c->o;
+    json_t *report = json_pack("{s:s,s:s,s:[]}", "url", o->url, "scope", o->scope, "checks");
+    char line[8448]; /* a URL or config path of up to 4096, and words */
+    bool all = true;
+    snprintf(line, sizeof(line), "%s (from %s)", o->url, o->url_from ? o->url_from : "the default");
+    check_line(o, report, "url", true, line);
+    bool has_key = o->api_key && *o->api_key;
+    if (has_key)
+        snprintf(line, sizeof(line), "set (from %s; %zu characters)", o->key_from, strlen(o->api_key));
+    else
+        snprintf(line, sizeof(line), "none: set SANDLOOM_API_KEY or api_key in %s",
+                 o->config_path[0] ? o->config_path : "~/.config/sandloom/config");
+    check_line(o, report, "key", has_key, line);
+    all = all && has_key;
+
+    json_t *doc = NULL;
+    struct cli_error e;
+    if (cli_call(&c->conn, "GET", "/healthz", NULL, 10, &doc, &e) < 0) {
+        snprintf(line, sizeof(line), "%s: %s", e.code, e.message);
+        check_line(o, report, "service", false, line);
+        all = false;
+    } else {
+        const char *status = json_string_value(json_object_get(doc, "status"));
+        snprintf(line, sizeof(line), "answers /healthz (status %s)", status ? status : "?");
+        check_line(o, report, "service", true, line);
+        json_decref(doc);
+        doc = NULL;
+        if (has_key) {
+            /* A tenant's key says who it is; the internal token is no
+             * tenant (404 TENANT_NOT_FOUND) but is taken. */
+            int rc = cli_call(&c->conn, "GET", "/api/v1/tenant", NULL, 10, &doc, &e);
+            if (rc == 0) {
+                const char *tid = json_string_value(json_object_get(doc, "tenant_id"));
+                snprintf(line, sizeof(line), "accepted: tenant %s", tid ? tid : "?");
+                check_line(o, report, "auth", true, line);
+                json_object_set(report, "tenant", doc);
+            } else if (strcmp(e.code, "TENANT_NOT_FOUND") == 0) {
+                check_line(o, report, "auth", true, "accepted: the operator's internal token");
+            } else {
+                snprintf(line, sizeof(line), "%s: %s", e.code, e.message);
+                check_line(o, report, "auth", false, line);
+                all = false;
+            }
+            json_decref(doc);
+        }
+    }
+    json_object_set_new(report, "ok", json_boolean(all));
+    if (o->json)
+        print_json(report);
+    json_decref(report);
+    return all ? 0 : EXIT_REFUSED;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static int dispatch(struct ctx *c, int argc, char **argv)
@@ -549,6 +626,11 @@ static int dispatch(struct ctx *c, int argc, char **argv)
     const char *cmd = argv[0];
     if (strcmp(cmd, "exec") == 0)
         return cmd_exec(c, argc, argv);
+    if (strcmp(cmd, "doctor") == 0) {
+        if (argc != 1)
+            return usage_error("doctor takes no arguments%s", "");
+        return cmd_doctor(c);
+    }
     if (strcmp(cmd, "cp") == 0) {
         if (argc != 3)
             return usage_error("cp wants SOURCE DESTINATION%s", "");
@@ -597,10 +679,12 @@ int main(int argc, char **argv)
         case 'u':
             free(o.url);
             o.url = strdup(optarg);
+            o.url_from = "--url";
             break;
         case 's':
             free(o.scope);
             o.scope = strdup(optarg);
+            o.scope_from = "--scope";
             break;
         case 'j':
             o.json = true;
@@ -617,12 +701,12 @@ int main(int argc, char **argv)
         fputs(USAGE, stderr);
         return EXIT_USAGE;
     }
-    if (!o.url)
-        o.url = env_dup("SANDLOOM_URL");
-    if (!o.api_key)
-        o.api_key = env_dup("SANDLOOM_API_KEY");
-    if (!o.scope)
-        o.scope = env_dup("SANDLOOM_SCOPE");
+    if (!o.url && (o.url = env_dup("SANDLOOM_URL")))
+        o.url_from = "SANDLOOM_URL";
+    if (!o.api_key && (o.api_key = env_dup("SANDLOOM_API_KEY")))
+        o.key_from = "SANDLOOM_API_KEY";
+    if (!o.scope && (o.scope = env_dup("SANDLOOM_SCOPE")))
+        o.scope_from = "SANDLOOM_SCOPE";
     if (read_config(&o) < 0)
         return EXIT_USAGE;
     if (!o.url)

@@ -204,3 +204,28 @@ def test_bash_completion_offers_what_help_lists(run, tmp_path):
     # cp completes local paths.
     (tmp_path / "data.csv").write_text("x")
     assert complete("cp", f"{tmp_path}/da") == [f"{tmp_path}/data.csv"]
+
+
+def test_doctor_says_which_service_which_key_and_whether_it_is_taken(run, client, tmp_path):
+    r = run("doctor", check=0)
+    out = r.stdout.decode()
+    assert "ok   url " in out and "(from SANDLOOM_URL)" in out, out
+    assert "ok   key       set (from SANDLOOM_API_KEY" in out, out
+    assert "ok   auth      accepted: the operator's internal token" in out, out
+    tid = "doc-" + uuid.uuid4().hex[:8]
+    assert client.post(ADMIN, json={"tenant_id": tid}).status == 201
+    key = client.post(f"{ADMIN}/{tid}/keys", json={"name": "d"}).body["api_key"]
+    doc = json.loads(run("--json", "doctor", key=key, check=0).stdout)
+    assert doc["ok"] is True and doc["tenant"]["tenant_id"] == tid, doc
+    assert key not in json.dumps(doc)
+    # Each way to be wrong is a FAIL line and exit 1.
+    r = run("doctor", key="")
+    assert r.returncode == 1 and "FAIL key       none: set SANDLOOM_API_KEY" in r.stdout.decode()
+    r = run("doctor", key="sl" + "0" * 12 + "_" + "1" * 48)
+    assert r.returncode == 1 and "FAIL auth      SANDBOX_UNAUTHORIZED" in r.stdout.decode(), r
+    r = run("doctor", env={"SANDLOOM_URL": "http://127.0.0.1:9"})
+    assert r.returncode == 1 and "FAIL service   CLI_UNREACHABLE" in r.stdout.decode(), r
+    cfg = tmp_path / "config"
+    cfg.write_text("url = http://127.0.0.1:9\n")
+    r = run("doctor", env={"SANDLOOM_CONFIG": str(cfg), "SANDLOOM_URL": ""})
+    assert f"(from {cfg})" in r.stdout.decode(), r.stdout
