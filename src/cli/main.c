@@ -59,6 +59,17 @@ static const char USAGE[] =
     "  cp NAME:PATH LOCAL       copy a file out of it ('-': standard output)\n"
     "  doctor                   check the configuration, the service and the key\n"
     "\n"
+    "  admin tenants [ls]                     the tenants (operator only)\n"
+    "  admin tenants create ID [LIMIT=N]...   a tenant, with its quotas\n"
+    "  admin tenants show ID                  one, with its usage\n"
+    "  admin quotas ID LIMIT=N|LIMIT=none...  change a tenant's quotas\n"
+    "  admin keys ID [ls]                     a tenant's API keys\n"
+    "  admin keys ID create NAME [--expires TIMESTAMP]\n"
+    "                                         a new key, printed once\n"
+    "  admin keys ID revoke KEY_ID            revoke one, at once\n"
+    "     LIMIT: sandboxes, running_sessions, commands_in_flight,\n"
+    "     workspace_bytes, sandbox_memory_bytes, sandbox_pids, sandbox_cpu_millis\n"
+    "\n"
     "  --url URL        the service (SANDLOOM_URL; default " DEFAULT_URL ")\n"
     "  --scope SCOPE    the workspace scope names are resolved in\n"
     "                   (SANDLOOM_SCOPE; default \"default\")\n"
@@ -619,6 +630,188 @@ static int cmd_doctor(struct ctx *c)
     return all ? 0 : EXIT_REFUSED;
 }
 
+/* ---- admin (the operator's token) ---------------------------------------- */
+
+#define ADMIN_TENANTS "/api/v1/admin/tenants"
+
+/* "k=v k=v" of a quotas object, or "none". */
+static void print_limits(const json_t *quotas)
+{
+    const char *key;
+    json_t *v;
+    bool any = false;
+    json_object_foreach((json_t *)quotas, key, v) {
+        printf("%s%s=%lld", any ? " " : "", key, (long long)json_integer_value(v));
+        any = true;
+    }
+    if (!any)
+        printf("none");
+}
+
+/* LIMIT=N / LIMIT=none arguments as a quotas object (NULL: said why). */
+static json_t *limits_of(int argc, char **argv)
+{
+    json_t *q = json_object();
+    for (int i = 0; i < argc; i++) {
+        char *eq = strchr(argv[i], '=');
+        char *end = NULL;
+        if (!eq || eq == argv[i]) {
+            usage_error("a quota is LIMIT=N or LIMIT=none, not '%s'", argv[i]);
+            json_decref(q);
+            return NULL;
+        }
+        *eq = '\0';
+        const char *value = eq + 1;
+        if (strcmp(value, "none") == 0) {
+            json_object_set_new(q, argv[i], json_null());
+            continue;
+        }
+        long long n = strtoll(value, &end, 10);
+        if (!*value || *end || n < 0) {
+            *eq = '=';
+            usage_error("a quota is LIMIT=N (a whole number) or LIMIT=none, not '%s'", argv[i]);
+            json_decref(q);
+            return NULL;
+        }
+        json_object_set_new(q, argv[i], json_integer(n));
+    }
+    return q;
+}
+
+static void print_tenant(const json_t *t)
+{
+    printf("%s\tquotas ", json_string_value(json_object_get(t, "tenant_id")));
+    print_limits(json_object_get(t, "quotas"));
+    json_t *usage = json_object_get(t, "usage");
+    if (usage) {
+        printf("\tusage ");
+        print_limits(usage);
+    }
+    putchar('\n');
+}
+
+/* One admin request; prints the answer as JSON or with `human`. */
+static int admin_call(struct ctx *c, const char *method, const char *path, json_t *body,
+                      void (*human)(const json_t *doc))
+{
+    json_t *doc = NULL;
+    struct cli_error e;
+    int rc = cli_call(&c->conn, method, path, body, CALL_TIMEOUT_S, &doc, &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    else if (human)
+        human(doc);
+    json_decref(doc);
+    return 0;
+}
+
+static void print_tenants(const json_t *doc)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(doc, "tenants"), i, t)
+        print_tenant(t);
+}
+
+static void print_keys(const json_t *doc)
+{
+    size_t i;
+    json_t *k;
+    json_array_foreach(json_object_get(doc, "keys"), i, k) {
+        const char *exp = json_string_value(json_object_get(k, "expires_at"));
+        printf("%s\t%s\t%s\texpires %s\n", json_string_value(json_object_get(k, "key_id")),
+               json_string_value(json_object_get(k, "name")),
+               json_string_value(json_object_get(k, "status")), exp ? exp : "never");
+    }
+}
+
+/* The key alone on stdout, so `KEY=$(sandloom admin keys acme create ci)`
+ * captures it; the reminder that it is shown once goes to stderr. */
+static void print_new_key(const json_t *doc)
+{
+    printf("%s\n", json_string_value(json_object_get(doc, "api_key")));
+    fprintf(stderr, "sandloom: key %s created; it is shown only now\n",
+            json_string_value(json_object_get(doc, "key_id")));
+}
+
+/* A tenant id or key id as the service spells them: nothing else goes into
+ * a path. */
+static bool valid_admin_id(const char *id)
+{
+    if (!*id || strlen(id) > 64)
+        return false;
+    for (const char *p = id; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
+            return false;
+    return true;
+}
+
+static int cmd_admin(struct ctx *c, int argc, char **argv)
+{
+    char path[256];
+    const char *what = argc > 1 ? argv[1] : "";
+    if (strcmp(what, "tenants") == 0) {
+        const char *verb = argc > 2 ? argv[2] : "ls";
+        if (strcmp(verb, "ls") == 0 && argc <= 3)
+            return admin_call(c, "GET", ADMIN_TENANTS, NULL, print_tenants);
+        if (argc < 4 || !valid_admin_id(argv[3]))
+            return usage_error("admin tenants %s wants a tenant id ([a-z0-9-])", verb);
+        if (strcmp(verb, "create") == 0) {
+            json_t *q = limits_of(argc - 4, argv + 4);
+            if (!q)
+                return EXIT_USAGE;
+            return admin_call(c, "POST", ADMIN_TENANTS,
+                              json_pack("{s:s,s:o}", "tenant_id", argv[3], "quotas", q),
+                              print_tenant);
+        }
+        if (strcmp(verb, "show") == 0 && argc == 4) {
+            snprintf(path, sizeof(path), ADMIN_TENANTS "/%s", argv[3]);
+            return admin_call(c, "GET", path, NULL, print_tenant);
+        }
+        return usage_error("admin tenants: ls, create ID [LIMIT=N]... or show ID%s", "");
+    }
+    if (strcmp(what, "quotas") == 0) {
+        if (argc < 4 || !valid_admin_id(argv[2]))
+            return usage_error("admin quotas wants a tenant id and LIMIT=N|LIMIT=none...%s", "");
+        json_t *q = limits_of(argc - 3, argv + 3);
+        if (!q)
+            return EXIT_USAGE;
+        snprintf(path, sizeof(path), ADMIN_TENANTS "/%s", argv[2]);
+        return admin_call(c, "PATCH", path, json_pack("{s:o}", "quotas", q), print_tenant);
+    }
+    if (strcmp(what, "keys") == 0) {
+        if (argc < 3 || !valid_admin_id(argv[2]))
+            return usage_error("admin keys wants a tenant id ([a-z0-9-])%s", "");
+        const char *verb = argc > 3 ? argv[3] : "ls";
+        if (strcmp(verb, "ls") == 0 && argc <= 4) {
+            snprintf(path, sizeof(path), ADMIN_TENANTS "/%s/keys", argv[2]);
+            return admin_call(c, "GET", path, NULL, print_keys);
+        }
+        if (strcmp(verb, "create") == 0 && (argc == 5 || argc == 7)) {
+            json_t *body = json_pack("{s:s}", "name", argv[4]);
+            if (argc == 7) {
+                if (strcmp(argv[5], "--expires") != 0) {
+                    json_decref(body);
+                    return usage_error("admin keys ID create NAME [--expires TIMESTAMP]%s", "");
+                }
+                json_object_set_new(body, "expires_at", json_string(argv[6]));
+            }
+            snprintf(path, sizeof(path), ADMIN_TENANTS "/%s/keys", argv[2]);
+            return admin_call(c, "POST", path, body, print_new_key);
+        }
+        if (strcmp(verb, "revoke") == 0 && argc == 5 && valid_admin_id(argv[4])) {
+            snprintf(path, sizeof(path), ADMIN_TENANTS "/%s/keys/%s", argv[2], argv[4]);
+            return admin_call(c, "DELETE", path, NULL, NULL);
+        }
+        return usage_error("admin keys ID: ls, create NAME [--expires TIMESTAMP] or revoke KEY_ID%s",
+                           "");
+    }
+    return usage_error("admin: tenants, quotas or keys (sandloom --help)%s", "");
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static int dispatch(struct ctx *c, int argc, char **argv)
@@ -626,6 +819,8 @@ static int dispatch(struct ctx *c, int argc, char **argv)
     const char *cmd = argv[0];
     if (strcmp(cmd, "exec") == 0)
         return cmd_exec(c, argc, argv);
+    if (strcmp(cmd, "admin") == 0)
+        return cmd_admin(c, argc, argv);
     if (strcmp(cmd, "doctor") == 0) {
         if (argc != 1)
             return usage_error("doctor takes no arguments%s", "");

@@ -6,6 +6,7 @@ environment and a config file; a tenant's key sees only its tenant."""
 
 import json
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -229,3 +230,39 @@ def test_doctor_says_which_service_which_key_and_whether_it_is_taken(run, client
     cfg.write_text("url = http://127.0.0.1:9\n")
     r = run("doctor", env={"SANDLOOM_CONFIG": str(cfg), "SANDLOOM_URL": ""})
     assert f"(from {cfg})" in r.stdout.decode(), r.stdout
+
+
+def test_admin_tenants_quotas_and_keys(run, client):
+    tid = "adm-" + uuid.uuid4().hex[:8]
+    r = run("admin", "tenants", "create", tid, "sandboxes=2", "running_sessions=1", check=0)
+    assert r.stdout.decode() == f"{tid}\tquotas running_sessions=1 sandboxes=2\n", r.stdout
+    assert f"{tid}\tquotas " in run("admin", "tenants", check=0).stdout.decode()
+    shown = json.loads(run("--json", "admin", "tenants", "show", tid, check=0).stdout)
+    assert shown["usage"]["sandboxes"] == 0 and shown["quotas"]["sandboxes"] == 2, shown
+    r = run("admin", "quotas", tid, "sandboxes=none", "commands_in_flight=3", check=0)
+    assert r.stdout.decode() == f"{tid}\tquotas commands_in_flight=3 running_sessions=1\n", r
+    # A bad limit is the service's 422, named; a bad value is said before sending.
+    one_error_line(run("admin", "quotas", tid, "colours=3"), "SANDBOX_INVALID_REQUEST")
+    assert run("admin", "quotas", tid, "sandboxes=-1").returncode == 2
+    one_error_line(run("admin", "tenants", "create", tid), "TENANT_EXISTS")
+
+    # A key: alone on stdout (a script captures it), usable at once.
+    r = run("admin", "keys", tid, "create", "ci", check=0)
+    key = r.stdout.decode().strip()
+    key_id = key.split("_")[0]
+    assert re.fullmatch(r"sl[0-9a-f]{12}_[0-9a-f]{48}", key), r.stdout
+    assert f"key {key_id} created; it is shown only now" in r.stderr.decode()
+    assert f"accepted: tenant {tid}" in run("doctor", key=key, check=0).stdout.decode()
+    listing = run("admin", "keys", tid, check=0).stdout.decode()
+    assert listing == f"{key_id}\tci\tactive\texpires never\n", listing
+    assert key not in listing
+    run("admin", "keys", tid, "create", "later", "--expires", "2999-01-01T00:00:00Z", check=0)
+    assert "expires 2999-01-01T00:00:00" in run("admin", "keys", tid, check=0).stdout.decode()
+    run("admin", "keys", tid, "revoke", key_id, check=0)
+    one_error_line(run("info", "anything", key=key), "SANDBOX_UNAUTHORIZED")
+    # A tenant's key is no operator.
+    other = run("admin", "keys", tid, "create", "x", check=0).stdout.decode().strip()
+    one_error_line(run("admin", "tenants", key=other), "TENANT_FORBIDDEN")
+    for args in (("admin",), ("admin", "tenants", "show"), ("admin", "keys", "Bad_Id"),
+                 ("admin", "keys", tid, "create"), ("admin", "quotas", tid, "sandboxes")):
+        assert run(*args).returncode == 2, args
