@@ -22,9 +22,10 @@ run_pkgs=(btrfs-progs python3-pip)
 # redis-server: the registry's (tests/db/run-with-redis.sh).
 # mypy, python3-venv: the Python SDK is checked with mypy --strict and
 # installed with pip into a fresh venv, offline (tests/e2e/test_sdk_python.py).
+# tmux: the CLI's progress line is checked on a real terminal (test_cli.py).
 test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
-           mariadb-server redis-server mypy python3-venv)
+           mariadb-server redis-server mypy python3-venv tmux)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")

@@ -16,9 +16,9 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "cli/copy.h"
 #include "cli/http.h"
 #include "cli/sandbox.h"
-#include "common/base64.h"
 
 /* Exit statuses besides a command's own (exec). */
 #define EXIT_REFUSED 1 /* the service refused, or could not be reached */
@@ -29,9 +29,6 @@
 #define CALL_TIMEOUT_S 60L
 /* A command's request waits for the command, plus this. */
 #define EXEC_GRACE_S 30L
-/* The File API's own limit is the service's to enforce; this only bounds
- * what the CLI reads into memory to send. */
-#define UPLOAD_MAX (64L * 1024 * 1024)
 
 struct options {
     char *url, *api_key, *scope;
@@ -55,8 +52,10 @@ static const char USAGE[] =
     "                           128+N: killed by signal N)\n"
     "  cat NAME PATH            print a file of the sandbox\n"
     "  ls NAME [PATH]           list a directory of the sandbox (/workspace)\n"
-    "  cp LOCAL NAME:PATH       copy a file into the sandbox\n"
-    "  cp NAME:PATH LOCAL       copy a file out of it ('-': standard output)\n"
+    "  cp [-r] LOCAL NAME:PATH  copy a file into the sandbox (-r: a directory's\n"
+    "                           contents into PATH, made if missing)\n"
+    "  cp [-r] NAME:PATH LOCAL  copy out of it ('-': standard output); a\n"
+    "                           progress line on a terminal for 1 MiB or more\n"
     "  doctor                   check the configuration, the service and the key\n"
     "\n"
     "  admin tenants [ls]                     the tenants (operator only)\n"
@@ -410,42 +409,12 @@ static int cmd_exec(struct ctx *c, int argc, char **argv)
     return status;
 }
 
-/* GET a file of the sandbox: its bytes, decoded (caller frees). */
-static int read_remote(struct ctx *c, const char *name, const char *path, struct sl_buf *out,
-                       struct cli_error *e)
-{
-    struct cli_sandbox sb = sandbox_of(c, name);
-    if (cli_sandbox_open(&sb, e) < 0)
-        return -1;
-    char *escaped = cli_escape(path), *query = NULL;
-    if (!escaped || asprintf(&query, "?path=%s", escaped) < 0) {
-        free(escaped);
-        snprintf(e->code, sizeof(e->code), "CLI_INTERNAL");
-        snprintf(e->message, sizeof(e->message), "out of memory");
-        return -1;
-    }
-    free(escaped);
-    json_t *doc = NULL;
-    int rc = cli_sandbox_call(&sb, "GET", "/files", query, NULL, CALL_TIMEOUT_S * 5, &doc, e);
-    free(query);
-    if (rc < 0)
-        return -1;
-    const char *b64 = json_string_value(json_object_get(doc, "content_base64"));
-    struct sl_error derr = {0};
-    rc = b64 ? sl_base64_decode_strict(b64, strlen(b64), out, SIZE_MAX / 2, &derr) : -1;
-    json_decref(doc);
-    if (rc < 0) {
-        snprintf(e->code, sizeof(e->code), "CLI_BAD_ANSWER");
-        snprintf(e->message, sizeof(e->message), "the file's content is not valid base64");
-    }
-    return rc;
-}
-
 static int cmd_cat(struct ctx *c, const char *name, const char *path)
 {
     struct sl_buf data = {0};
     struct cli_error e;
-    if (read_remote(c, name, path, &data, &e) < 0)
+    struct cli_sandbox sb = sandbox_of(c, name);
+    if (cli_sandbox_open(&sb, &e) < 0 || cli_read_file(&sb, path, &data, &e) < 0)
         return refused(c->o, &e);
     bool ok = fwrite(data.data, 1, data.len, stdout) == data.len;
     sl_buf_free(&data);
@@ -503,64 +472,37 @@ static bool split_remote(char *arg, char **name, char **path)
     return true;
 }
 
-static int cmd_cp(struct ctx *c, char *src, char *dst)
+static int cmd_cp(struct ctx *c, int argc, char **argv)
 {
+    bool recursive = false;
+    int opt;
+    optind = 1;
+    while ((opt = getopt(argc, argv, "+r")) != -1) {
+        if (opt != 'r')
+            return EXIT_USAGE;
+        recursive = true;
+    }
+    if (argc - optind != 2)
+        return usage_error("cp wants [-r] SOURCE DESTINATION%s", "");
+    char *src = argv[optind], *dst = argv[optind + 1];
     char *name, *path;
     struct cli_error e;
+    struct cli_sandbox sb;
+    /* Progress only where someone watches, and never into a script's JSON. */
+    bool progress = isatty(STDERR_FILENO) && !c->o->json;
+    int rc;
     if (split_remote(src, &name, &path)) {
-        struct sl_buf data = {0};
-        if (read_remote(c, name, path, &data, &e) < 0)
-            return refused(c->o, &e);
-        FILE *f = strcmp(dst, "-") == 0 ? stdout : fopen(dst, "we");
-        bool ok = f && fwrite(data.data, 1, data.len, f) == data.len;
-        if (f && f != stdout && fclose(f) != 0)
-            ok = false;
-        sl_buf_free(&data);
-        if (!ok) {
-            fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot write %s: %s\n", dst,
-                    strerror(errno));
-            return EXIT_REFUSED;
-        }
-        return 0;
-    }
-    if (!split_remote(dst, &name, &path))
+        sb = sandbox_of(c, name);
+        rc = cli_download(&sb, path, dst, recursive, progress, &e);
+    } else if (split_remote(dst, &name, &path)) {
+        sb = sandbox_of(c, name);
+        rc = cli_upload(&sb, src, path, recursive, progress, &e);
+    } else {
         return usage_error("cp: one side must be NAME:/PATH (a sandbox's file), not '%s'", dst);
-    FILE *f = fopen(src, "re");
-    if (!f) {
-        fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot read %s: %s\n", src, strerror(errno));
-        return EXIT_REFUSED;
     }
-    struct sl_buf data;
-    sl_buf_init(&data, (size_t)UPLOAD_MAX);
-    char chunk[65536];
-    size_t n;
-    bool ok = true;
-    while (ok && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        ok = sl_buf_append(&data, chunk, n) == 0;
-    ok = ok && !ferror(f);
-    fclose(f);
-    if (!ok) {
-        sl_buf_free(&data);
-        fprintf(stderr, "sandloom: CLI_LOCAL_FILE: cannot read %s (or larger than %ld bytes)\n",
-                src, UPLOAD_MAX);
-        return EXIT_REFUSED;
-    }
-    char *b64 = sl_base64_encode(data.data ? data.data : "", data.len);
-    sl_buf_free(&data);
-    struct cli_sandbox sb = sandbox_of(c, name);
-    json_t *body = json_pack("{s:s,s:s}", "path", path, "content_base64", b64 ? b64 : "");
-    free(b64);
-    json_t *doc = NULL;
-    int rc = cli_sandbox_open(&sb, &e);
-    if (rc == 0)
-        rc = cli_sandbox_call(&sb, "PUT", "/files", "", body, CALL_TIMEOUT_S * 5, &doc, &e);
-    json_decref(body);
-    if (rc < 0)
-        return refused(c->o, &e);
-    if (c->o->json)
-        print_json(doc);
-    json_decref(doc);
-    return 0;
+    if (rc < 0 && strcmp(e.code, "CLI_USAGE") == 0)
+        return usage_error("cp: %s", e.message);
+    return rc < 0 ? refused(c->o, &e) : 0;
 }
 
 /* One check's line: "ok   what  detail" or "FAIL what  detail". */
@@ -826,11 +768,8 @@ static int dispatch(struct ctx *c, int argc, char **argv)
             return usage_error("doctor takes no arguments%s", "");
         return cmd_doctor(c);
     }
-    if (strcmp(cmd, "cp") == 0) {
-        if (argc != 3)
-            return usage_error("cp wants SOURCE DESTINATION%s", "");
-        return cmd_cp(c, argv[1], argv[2]);
-    }
+    if (strcmp(cmd, "cp") == 0)
+        return cmd_cp(c, argc, argv);
     if (argc < 2 || !valid_name(argv[1]))
         return usage_error("%s wants a sandbox name (letters, digits, _ . : -)", cmd);
     const char *name = argv[1];

@@ -266,3 +266,99 @@ def test_admin_tenants_quotas_and_keys(run, client):
     for args in (("admin",), ("admin", "tenants", "show"), ("admin", "keys", "Bad_Id"),
                  ("admin", "keys", tid, "create"), ("admin", "quotas", tid, "sandboxes")):
         assert run(*args).returncode == 2, args
+
+
+def make_tree(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "empty").mkdir()
+    (root / "a.txt").write_text("alpha\n")
+    (root / "sub" / "b.bin").write_bytes(os.urandom(2 * 1024 * 1024))
+    (root / "link").symlink_to("a.txt")
+
+
+def tree_of(root):
+    """Every regular file and directory under root, with the files' bytes."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        if p.is_symlink():
+            out[str(p.relative_to(root))] = "link"
+        elif p.is_dir():
+            out[str(p.relative_to(root))] = "dir"
+        else:
+            out[str(p.relative_to(root))] = p.read_bytes()
+    return out
+
+
+def test_cp_copies_directories_both_ways_and_leaves_links(run, tmp_path):
+    sb = name()
+    run("create", sb, check=0)
+    src = tmp_path / "src"
+    make_tree(src)
+    r = run("cp", str(src), f"{sb}:/workspace/tree")
+    assert r.returncode == 2 and b"is a directory (cp -r copies directories)" in r.stderr, r
+    r = run("cp", "-r", str(src), f"{sb}:/workspace/tree", check=0)
+    assert f"left {src}/link".encode() in r.stderr, r.stderr
+    # No terminal, no progress line.
+    assert b"MiB" not in r.stderr, r.stderr
+    listing = run("exec", sb, "--", "sh", "-c",
+                  "cd /workspace/tree && find . | sort && sha256sum sub/b.bin", check=0)
+    assert listing.stdout.decode().splitlines()[:6] == [
+        ".", "./a.txt", "./empty", "./sub", "./sub/b.bin",
+        __import__("hashlib").sha256((src / "sub" / "b.bin").read_bytes()).hexdigest()
+        + "  sub/b.bin"], listing.stdout
+    # A link made inside the sandbox is not followed on the way out either.
+    run("exec", sb, "--", "ln", "-s", "/etc/passwd", "/workspace/tree/out-link", check=0)
+    back = tmp_path / "back"
+    r = run("cp", "-r", f"{sb}:/workspace/tree", str(back), check=0)
+    assert b"left /workspace/tree/out-link (a symlink)" in r.stderr, r.stderr
+    want = {k: v for k, v in tree_of(src).items() if v != "link"}
+    assert tree_of(back) == want
+    run("rm", sb, check=0)
+
+
+def test_cp_pages_through_a_long_listing(sandloomd_binary, daemon_factory, tmp_path):
+    d = daemon_factory({"SANDBOX_MAX_LIST_ENTRIES": "5"})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+           "SANDLOOM_URL": f"http://127.0.0.1:{d.port}", "SANDLOOM_API_KEY": d.token}
+
+    def cli(*args):
+        r = subprocess.run([str(CLI), *args], capture_output=True, env=env, timeout=120)
+        assert r.returncode == 0, (args, r)
+        return r
+    cli("create", "pages")
+    cli("exec", "pages", "--", "sh", "-c",
+        "mkdir /workspace/many && for i in $(seq 12); do echo $i > /workspace/many/f$i; done")
+    cli("cp", "-r", "pages:/workspace/many", str(tmp_path / "many"))
+    got = sorted(p.name for p in (tmp_path / "many").iterdir())
+    assert got == sorted(f"f{i}" for i in range(1, 13)), got
+    assert (tmp_path / "many" / "f12").read_text() == "12\n"
+
+
+def test_cp_shows_progress_on_a_terminal(daemon, tmp_path):
+    sb = name()
+    src = tmp_path / "src"
+    make_tree(src)
+    sock = "sl-cli-" + uuid.uuid4().hex[:8]
+    env = (f"SANDLOOM_URL=http://127.0.0.1:{daemon.port} SANDLOOM_API_KEY={daemon.token} "
+           f"HOME={tmp_path}")
+    script = (f"env {env} {CLI} create {sb} >/dev/null && "
+              f"env {env} {CLI} cp -r {src} {sb}:/workspace/t 2>/dev/null; "
+              f"env {env} {CLI} cp -r {sb}:/workspace/t {tmp_path}/out; echo done:$?; sleep 60")
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "200", "-y", "40", script],
+                   check=True, timeout=30)
+    try:
+        pane = ""
+        deadline = __import__("time").monotonic() + 60
+        while "done:" not in pane and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.2)
+            pane = subprocess.run(["tmux", "-L", sock, "capture-pane", "-p"],
+                                  capture_output=True, text=True, timeout=30).stdout
+        assert "done:0" in pane, pane
+        # The last state of the progress line: every byte and file done.
+        assert "sandloom cp: 2.0 / 2.0 MiB, 2 / 2 files" in pane, pane
+    finally:
+        subprocess.run(["tmux", "-L", sock, "kill-server"], capture_output=True, timeout=30)
+        run_rm = subprocess.run([str(CLI), "rm", sb], capture_output=True, timeout=60,
+                                env={"SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}",
+                                     "SANDLOOM_API_KEY": daemon.token, "PATH": "/usr/bin:/bin"})
+        assert run_rm.returncode == 0, run_rm
