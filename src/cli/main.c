@@ -58,6 +58,13 @@ static const char USAGE[] =
     "                           progress line on a terminal for 1 MiB or more\n"
     "  doctor                   check the configuration, the service and the key\n"
     "\n"
+    "  templates ls                           the published templates\n"
+    "  templates publish NAME TEMPLATE [PATH] publish PATH (default /envs) of\n"
+    "                                         sandbox NAME as TEMPLATE\n"
+    "  templates attach NAME TEMPLATE[@DIGEST]...\n"
+    "                                         mount them, read-only, at /envs/TEMPLATE\n"
+    "  templates rm TEMPLATE                  unpublish it (attached ones stay)\n"
+    "\n"
     "  admin tenants [ls]                     the tenants (operator only)\n"
     "  admin tenants create ID [LIMIT=N]...   a tenant, with its quotas\n"
     "  admin tenants show ID                  one, with its usage\n"
@@ -572,6 +579,104 @@ static int cmd_doctor(struct ctx *c)
     return all ? 0 : EXIT_REFUSED;
 }
 
+/* ---- templates ------------------------------------------------------------- */
+
+static void print_template(const json_t *t)
+{
+    const char *desc = json_string_value(json_object_get(t, "description"));
+    printf("%s\t%s\t%lld bytes%s%s\n", json_string_value(json_object_get(t, "name")),
+           json_string_value(json_object_get(t, "digest")),
+           (long long)json_integer_value(json_object_get(t, "size_bytes")),
+           desc && *desc ? "\t" : "", desc && *desc ? desc : "");
+}
+
+static void print_templates(const json_t *doc)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(doc, "templates"), i, t)
+        print_template(t);
+}
+
+/* A template's name as the service spells one ([a-z0-9._-], at most 64),
+ * so it can go into a path. */
+static bool valid_template(const char *name)
+{
+    if (!*name || strlen(name) > 64)
+        return false;
+    for (const char *p = name; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
+              *p == '-'))
+            return false;
+    return true;
+}
+
+static int sandbox_answer(struct ctx *c, const char *name, const char *method, json_t *body,
+                          void (*human)(const json_t *doc))
+{
+    struct cli_sandbox sb = sandbox_of(c, name);
+    struct cli_error e;
+    json_t *doc = NULL;
+    int rc = cli_sandbox_open(&sb, &e);
+    if (rc == 0)
+        rc = cli_sandbox_call(&sb, method, "/templates", "", body, CALL_TIMEOUT_S * 5, &doc, &e);
+    json_decref(body);
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    else
+        human(doc);
+    json_decref(doc);
+    return 0;
+}
+
+static void print_attached(const json_t *doc)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(doc, "templates"), i, t)
+        printf("%s\t%s\t/envs/%s\n", json_string_value(json_object_get(t, "name")),
+               json_string_value(json_object_get(t, "digest")),
+               json_string_value(json_object_get(t, "name")));
+}
+
+static int admin_call(struct ctx *c, const char *method, const char *path, json_t *body,
+                      void (*human)(const json_t *doc));
+
+static int cmd_templates(struct ctx *c, int argc, char **argv)
+{
+    const char *verb = argc > 1 ? argv[1] : "ls";
+    if (strcmp(verb, "ls") == 0 && argc <= 2)
+        return admin_call(c, "GET", "/api/v1/templates", NULL, print_templates);
+    if (strcmp(verb, "publish") == 0 && (argc == 4 || argc == 5)) {
+        if (!valid_name(argv[2]) || !valid_template(argv[3]))
+            return usage_error("templates publish NAME TEMPLATE [PATH]: TEMPLATE is [a-z0-9._-]%s",
+                               "");
+        json_t *body = json_pack("{s:s,s:s}", "name", argv[3], "source_path",
+                                 argc == 5 ? argv[4] : "/envs");
+        return sandbox_answer(c, argv[2], "POST", body, print_template);
+    }
+    if (strcmp(verb, "attach") == 0 && argc >= 4) {
+        if (!valid_name(argv[2]))
+            return usage_error("templates attach wants a sandbox name%s", "");
+        json_t *refs = json_array();
+        for (int i = 3; i < argc; i++)
+            json_array_append_new(refs, json_string(argv[i]));
+        return sandbox_answer(c, argv[2], "PUT", json_pack("{s:o}", "templates", refs),
+                              print_attached);
+    }
+    if (strcmp(verb, "rm") == 0 && argc == 3) {
+        if (!valid_template(argv[2]))
+            return usage_error("templates rm: '%s' is no template name ([a-z0-9._-])", argv[2]);
+        char path[128];
+        snprintf(path, sizeof(path), "/api/v1/templates/%s", argv[2]);
+        return admin_call(c, "DELETE", path, NULL, NULL);
+    }
+    return usage_error("templates: ls, publish NAME TEMPLATE [PATH], attach NAME TEMPLATE... "
+                       "or rm TEMPLATE%s", "");
+}
+
 /* ---- admin (the operator's token) ---------------------------------------- */
 
 #define ADMIN_TENANTS "/api/v1/admin/tenants"
@@ -763,6 +868,8 @@ static int dispatch(struct ctx *c, int argc, char **argv)
         return cmd_exec(c, argc, argv);
     if (strcmp(cmd, "admin") == 0)
         return cmd_admin(c, argc, argv);
+    if (strcmp(cmd, "templates") == 0)
+        return cmd_templates(c, argc, argv);
     if (strcmp(cmd, "doctor") == 0) {
         if (argc != 1)
             return usage_error("doctor takes no arguments%s", "");

@@ -362,3 +362,25 @@ def test_cp_shows_progress_on_a_terminal(daemon, tmp_path):
                                 env={"SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}",
                                      "SANDLOOM_API_KEY": daemon.token, "PATH": "/usr/bin:/bin"})
         assert run_rm.returncode == 0, run_rm
+
+
+def test_templates_publish_attach_list_and_remove(run):
+    builder, user = name(), name()
+    tpl = "tool-" + uuid.uuid4().hex[:8]
+    run("create", builder, check=0)
+    run("exec", builder, "--", "sh", "-c", f"mkdir -p /envs/{tpl} && echo v1 > /envs/{tpl}/VERSION",
+        check=0)
+    r = run("templates", "publish", builder, tpl, f"/envs/{tpl}", check=0)
+    fields = r.stdout.decode().split("\t")
+    assert fields[0] == tpl and fields[1].startswith("sha256:"), r.stdout
+    digest = fields[1]
+    assert f"{tpl}\t{digest}\t" in run("templates", "ls", check=0).stdout.decode()
+    r = run("templates", "attach", user, f"{tpl}@{digest}", check=0)
+    assert r.stdout.decode() == f"{tpl}\t{digest}\t/envs/{tpl}\n", r.stdout
+    assert run("exec", user, "--", "cat", f"/envs/{tpl}/VERSION", check=0).stdout == b"v1\n"
+    run("templates", "rm", tpl, check=0)
+    assert f"{tpl}\t" not in run("templates", "ls", check=0).stdout.decode()
+    one_error_line(run("templates", "attach", user, tpl), "SANDBOX_INVALID_ARGUMENT")
+    assert run("templates", "publish", builder, "Bad Name").returncode == 2
+    for sb in (builder, user):
+        run("rm", sb, check=0)
