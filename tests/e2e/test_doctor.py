@@ -49,12 +49,17 @@ def test_doctor_reports_the_quota_the_workspace_image_gives(sandloomd_binary, tm
     the host's filesystem, not mounted) is not btrfs; without it, the same
     root answers accounting."""
     env = {"SANDBOX_LOCAL_ROOT": str(tmp_path / "sandboxes")}
-    plain = json.loads(doctor(sandloomd_binary, "--json", env=env).stdout)
+    r = doctor(sandloomd_binary, "--json", env=env)
+    # Every call checks the exit status first: a sanitizer's report at exit
+    # (a leak) ends the process before stdout is flushed, so the status and
+    # stderr say what happened where the empty stdout would not.
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    plain = json.loads(r.stdout)
     assert plain["capabilities"]["disk_quota"]["mode"] == "accounting", plain
     assert plain["capabilities"]["disk_quota"]["workspace_image"] is False
     r = doctor(sandloomd_binary, "--json",
                env={**env, "SANDBOX_WORKSPACE_IMAGE_BYTES": str(1 << 30)})
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 0, (r.returncode, r.stderr)
     disk = json.loads(r.stdout)["capabilities"]["disk_quota"]
     assert disk["workspace_image"] is True and disk["mode"] == "btrfs-qgroup", disk
     assert disk["sandbox_disk_quota"] is True, disk

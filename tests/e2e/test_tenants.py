@@ -288,7 +288,10 @@ def test_a_database_without_tenant_tables_keeps_working_without_tenancy(daemon_f
     request_cleanup.append(state)
     d = daemon_factory(state_dir=str(state))
     token = d.token
-    d.stop()
+    # The first daemon must end cleanly and say it is gone: a row still
+    # ONLINE makes the second one refuse to share the database with it.
+    assert d.stop() == 0, d.stderr()
+    assert d.sql("SELECT status FROM agent_sandbox_worker") == [("OFFLINE",)], d.stderr()
     db = sqlite3.connect(str(state / "sandloom.db"))
     db.execute("DROP TABLE agent_sandbox_api_key")
     db.execute("DROP TABLE agent_sandbox_tenant")
