@@ -119,24 +119,27 @@ static void progress_show(struct progress *pr, bool last)
 
 /* ---- one file ------------------------------------------------------------ */
 
-static char *path_query(const char *path, const char *extra)
+/* GET `route`?path=PATH`extra` on the sandbox: the one way a workspace
+ * path goes into a query (escaped). */
+static int get_path(struct cli_sandbox *sb, const char *route, const char *path,
+                    const char *extra, json_t **doc, struct cli_error *e)
 {
     char *escaped = cli_escape(path), *query = NULL;
     if (escaped && asprintf(&query, "?path=%s%s", escaped, extra) < 0)
         query = NULL;
     free(escaped);
-    return query;
+    if (!query)
+        return oom(e);
+    int rc = cli_sandbox_call(sb, "GET", route, query, NULL, FILE_TIMEOUT_S, doc, e);
+    free(query);
+    return rc;
 }
 
 int cli_read_file(struct cli_sandbox *sb, const char *path, struct sl_buf *out,
                   struct cli_error *e)
 {
-    char *query = path_query(path, "");
-    if (!query)
-        return oom(e);
     json_t *doc = NULL;
-    int rc = cli_sandbox_call(sb, "GET", "/files", query, NULL, FILE_TIMEOUT_S, &doc, e);
-    free(query);
+    int rc = get_path(sb, "/files", path, "", &doc, e);
     if (rc < 0)
         return -1;
     const char *b64 = json_string_value(json_object_get(doc, "content_base64"));
@@ -247,12 +250,8 @@ static int walk_remote(struct cli_sandbox *sb, const char *remote, const char *l
     for (long offset = 0;;) {
         char extra[64];
         snprintf(extra, sizeof(extra), "&limit=%d&offset=%ld", LIST_PAGE, offset);
-        char *query = path_query(remote, extra);
-        if (!query)
-            return oom(e);
         json_t *doc = NULL;
-        int rc = cli_sandbox_call(sb, "GET", "/files/list", query, NULL, FILE_TIMEOUT_S, &doc, e);
-        free(query);
+        int rc = get_path(sb, "/files/list", remote, extra, &doc, e);
         if (rc < 0)
             return -1;
         json_t *entries = json_object_get(doc, "entries"), *entry;

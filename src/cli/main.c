@@ -203,16 +203,34 @@ static struct cli_sandbox sandbox_of(struct ctx *c, const char *name)
     return (struct cli_sandbox){.conn = &c->conn, .name = name, .scope = c->o->scope};
 }
 
-/* A name as the API spells one: nothing else reaches a path unescaped. */
-static bool valid_name(const char *name)
+/* A name made of letters and digits of one case or both, plus the
+ * punctuation in `extra`, at most `max` bytes: the ids the API spells, so
+ * nothing else reaches a path unescaped. */
+static bool spelled_with(const char *name, bool upper, const char *extra, size_t max)
 {
-    if (!*name || strlen(name) > 128)
+    if (!*name || strlen(name) > max)
         return false;
     for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-              *p == '_' || *p == '.' || *p == ':' || *p == '-'))
+        if (!((*p >= 'a' && *p <= 'z') || (upper && *p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9') || strchr(extra, *p)))
             return false;
     return true;
+}
+
+/* A sandbox id: [A-Za-z0-9_.:-], at most 128. */
+static bool valid_name(const char *name)
+{
+    return spelled_with(name, true, "_.:-", 128);
+}
+
+/* One answer printed: as JSON with --json, else by `human` (none: quiet). */
+static void print_answer(const struct options *o, const json_t *doc,
+                         void (*human)(const json_t *doc))
+{
+    if (o->json)
+        print_json(doc);
+    else if (human)
+        human(doc);
 }
 
 static int route_info(struct ctx *c, const char *name, bool after_create)
@@ -598,17 +616,10 @@ static void print_templates(const json_t *doc)
         print_template(t);
 }
 
-/* A template's name as the service spells one ([a-z0-9._-], at most 64),
- * so it can go into a path. */
+/* A template's name: [a-z0-9._-], at most 64. */
 static bool valid_template(const char *name)
 {
-    if (!*name || strlen(name) > 64)
-        return false;
-    for (const char *p = name; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' ||
-              *p == '-'))
-            return false;
-    return true;
+    return spelled_with(name, false, "._-", 64);
 }
 
 static int sandbox_answer(struct ctx *c, const char *name, const char *method, json_t *body,
@@ -623,10 +634,7 @@ static int sandbox_answer(struct ctx *c, const char *name, const char *method, j
     json_decref(body);
     if (rc < 0)
         return refused(c->o, &e);
-    if (c->o->json)
-        print_json(doc);
-    else
-        human(doc);
+    print_answer(c->o, doc, human);
     json_decref(doc);
     return 0;
 }
@@ -747,10 +755,7 @@ static int admin_call(struct ctx *c, const char *method, const char *path, json_
     json_decref(body);
     if (rc < 0)
         return refused(c->o, &e);
-    if (c->o->json)
-        print_json(doc);
-    else if (human)
-        human(doc);
+    print_answer(c->o, doc, human);
     json_decref(doc);
     return 0;
 }
@@ -784,16 +789,10 @@ static void print_new_key(const json_t *doc)
             json_string_value(json_object_get(doc, "key_id")));
 }
 
-/* A tenant id or key id as the service spells them: nothing else goes into
- * a path. */
+/* A tenant id or key id: [a-z0-9-], at most 64. */
 static bool valid_admin_id(const char *id)
 {
-    if (!*id || strlen(id) > 64)
-        return false;
-    for (const char *p = id; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-'))
-            return false;
-    return true;
+    return spelled_with(id, false, "-", 64);
 }
 
 static int cmd_admin(struct ctx *c, int argc, char **argv)
