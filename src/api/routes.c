@@ -74,29 +74,22 @@ static void respond_quota(struct sl_response *resp, const struct sl_error *err,
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
 
-/* A tenant's request that adds one of `limit` (the caller then holds the
- * quota lock until what it admits is done): false, answered, when over. */
+/* A tenant's request that adds one of `limit`: true when admitted, and
+ * *held says whether the caller now holds the quota lock until what it
+ * admits is done (sl_svc_quota_leave); false, answered (429 naming the
+ * limit), when over. */
 static bool quota_admits(struct sl_request *req, struct sl_response *resp,
-                         enum sl_tenant_limit limit, const char *sandbox_id)
+                         enum sl_tenant_limit limit, const char *sandbox_id, bool *held)
 {
     struct sl_error err = {0};
     int64_t value = -1;
-    if (sl_svc_tenant_quota_check(req->svc, req->principal, limit, sandbox_id, &value, &err) == 0)
+    if (sl_svc_quota_enter(req->svc, req->principal, limit, sandbox_id, held, &value, &err) == 0)
         return true;
     if (sl_error_is(&err, SL_E_TENANT_QUOTA_EXCEEDED))
         respond_quota(resp, &err, limit, value);
     else
         respond_error(resp, &err);
     return false;
-}
-
-/* Whether the request is a tenant's with `limit` set: only then does it
- * take the quota lock and count (an unlimited tenant's commands are not
- * serialized for nothing). */
-static bool quota_gated(const struct sl_request *req, enum sl_tenant_limit limit)
-{
-    return req->principal && req->principal->kind == SL_PRINCIPAL_TENANT &&
-           req->principal->quota[limit] >= 0;
 }
 
 /* The answer of a service call: the document, or the error it raised. */
@@ -248,19 +241,15 @@ static void h_resolve(struct sl_request *req, struct sl_response *resp)
             snprintf(nscope, sizeof(nscope), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP,
                      scope);
         }
+        bool held = false;
         if (sl_router_id_is_route(id)) {
             sl_router_refuse_reserved_id(id, &err);
             respond_error(resp, &err);
-        } else if (!quota_gated(req, SL_LIMIT_SANDBOXES)) {
+        } else if (quota_admits(req, resp, SL_LIMIT_SANDBOXES, tenant ? nid : id, &held)) {
             respond_result(resp, sl_svc_resolve(req->svc, tenant ? nid : id,
                                                 tenant ? nscope : scope, profile, by, &err),
                            &err);
-        } else {
-            sl_svc_quota_lock(req->svc);
-            if (quota_admits(req, resp, SL_LIMIT_SANDBOXES, nid))
-                respond_result(resp, sl_svc_resolve(req->svc, nid, nscope, profile, by, &err),
-                               &err);
-            sl_svc_quota_unlock(req->svc);
+            sl_svc_quota_leave(req->svc, held);
         }
     }
     sl_v_free(&v);
@@ -290,13 +279,11 @@ static void h_connect(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        bool gated = quota_gated(req, SL_LIMIT_RUNNING_SESSIONS);
-        if (gated)
-            sl_svc_quota_lock(req->svc);
-        if (!gated || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+        bool held = false;
+        if (quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0], &held)) {
             respond_result(resp, sl_svc_connect(req->svc, req->params[0], generation, &err), &err);
-        if (gated)
-            sl_svc_quota_unlock(req->svc);
+            sl_svc_quota_leave(req->svc, held);
+        }
     }
     sl_v_free(&v);
 }
@@ -320,13 +307,11 @@ static void h_suspend(struct sl_request *req, struct sl_response *resp)
 static void h_resume(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
-    bool gated = quota_gated(req, SL_LIMIT_RUNNING_SESSIONS);
-    if (gated)
-        sl_svc_quota_lock(req->svc);
-    if (!gated || quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0]))
+    bool held = false;
+    if (quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0], &held)) {
         respond_result(resp, sl_svc_resume(req->svc, req->params[0], &err), &err);
-    if (gated)
-        sl_svc_quota_unlock(req->svc);
+        sl_svc_quota_leave(req->svc, held);
+    }
 }
 
 static void h_release(struct sl_request *req, struct sl_response *resp)
@@ -511,14 +496,9 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
 
     /* A tenant's command counts against its commands_in_flight from its
      * admission on: the check and the admission go together. */
-    bool gated = quota_gated(req, SL_LIMIT_COMMANDS);
-    if (gated) {
-        sl_svc_quota_lock(req->svc);
-        if (!quota_admits(req, resp, SL_LIMIT_COMMANDS, NULL)) {
-            sl_svc_quota_unlock(req->svc);
-            return;
-        }
-    }
+    bool held = false;
+    if (!quota_admits(req, resp, SL_LIMIT_COMMANDS, NULL, &held))
+        return;
     /* Deferred before the call: a synchronous command may end (and its
      * answer be sent) before sl_svc_exec returns. */
     struct sl_deferred *d = p.req.background ? NULL : sl_request_defer(req);
@@ -526,8 +506,7 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
     json_t *doc = NULL;
     int rc = sl_svc_exec(req->svc, req->params[0], &p.req, d ? exec_answered : NULL, d, &doc,
                          &err);
-    if (gated)
-        sl_svc_quota_unlock(req->svc);
+    sl_svc_quota_leave(req->svc, held);
     if (rc == 1)
         return; /* exec_answered answers */
     if (!d) {

@@ -418,6 +418,30 @@ int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal 
                         limit_names[limit]);
 }
 
+int sl_svc_quota_enter(struct sl_service *svc, const struct sl_principal *who,
+                       enum sl_tenant_limit limit, const char *sandbox_id, bool *held,
+                       int64_t *value, struct sl_error *err)
+{
+    *held = false;
+    *value = -1;
+    if (!who || who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNT ||
+        who->quota[limit] < 0)
+        return 0; /* an unlimited tenant's requests are not serialized for nothing */
+    sl_svc_quota_lock(svc);
+    if (sl_svc_tenant_quota_check(svc, who, limit, sandbox_id, value, err) < 0) {
+        sl_svc_quota_unlock(svc);
+        return -1;
+    }
+    *held = true;
+    return 0;
+}
+
+void sl_svc_quota_leave(struct sl_service *svc, bool held)
+{
+    if (held)
+        sl_svc_quota_unlock(svc);
+}
+
 int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
                      bool may_block, struct sl_principal *who, struct sl_error *err)
 {

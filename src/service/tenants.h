@@ -82,6 +82,15 @@ void sl_svc_quota_unlock(struct sl_service *svc);
 int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal *who,
                               enum sl_tenant_limit limit, const char *sandbox_id, int64_t *value,
                               struct sl_error *err);
+/* The two together, for a request that would add one of `limit`: 0 when
+ * admitted, *held telling whether the quota lock is now held (only for a
+ * tenant with that limit set; give it back with sl_svc_quota_leave once
+ * what was admitted is done); -1 refused or failed (err, and *value the
+ * quota when TENANT_QUOTA_EXCEEDED), holding nothing. */
+int sl_svc_quota_enter(struct sl_service *svc, const struct sl_principal *who,
+                       enum sl_tenant_limit limit, const char *sandbox_id, bool *held,
+                       int64_t *value, struct sl_error *err);
+void sl_svc_quota_leave(struct sl_service *svc, bool held);
 int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
                      bool may_block, struct sl_principal *who, struct sl_error *err);
 
