@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "api/forward.h"
 #include "api/mcp.h"
+#include "api/tenant_view.h"
 #include "api/router.h"
 #include "common/cleanup.h"
 #include "common/json.h"
@@ -289,63 +290,17 @@ static void add_warnings(struct conn_state *st, struct sl_response *resp)
     json_decref(doc);
 }
 
-/* A tenant sees its own names without its namespace: the "sandbox_id",
- * "workspace_scope_id" and "source_sandbox_id" strings that start with
- * "<tenant_id>~" lose that prefix, where answers hold them: at the top
- * level and in the records they list, up to three levels down (an audit's
- * executions.recent[]). Values under other keys (a command's argv, its
- * output) are the tenant's own data and are never looked at. */
-static void strip_fields(json_t *obj, const char *prefix, size_t plen)
-{
-    static const char *const fields[] = {"sandbox_id", "workspace_scope_id", "source_sandbox_id"};
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        json_t *v = json_object_get(obj, fields[i]);
-        const char *text = json_string_value(v);
-        if (text && strncmp(text, prefix, plen) == 0)
-            json_string_set(v, text + plen);
-    }
-}
-
-static void strip_namespace(json_t *j, const char *prefix, size_t plen, int depth)
-{
-    if (depth > 3)
-        return;
-    if (json_is_array(j)) {
-        size_t i;
-        json_t *item;
-        json_array_foreach(j, i, item)
-            strip_namespace(item, prefix, plen, depth + 1);
-        return;
-    }
-    if (!json_is_object(j))
-        return;
-    strip_fields(j, prefix, plen);
-    const char *key;
-    json_t *v;
-    json_object_foreach(j, key, v) {
-        /* Records are objects and lists of them; a command's argv, env
-         * and output are strings or lists of strings, never walked into. */
-        bool data = strcmp(key, "env") == 0 || strcmp(key, "labels") == 0 ||
-                    strcmp(key, "command") == 0;
-        if (!data &&
-            (json_is_object(v) || (json_is_array(v) && json_is_object(json_array_get(v, 0)))))
-            strip_namespace(v, prefix, plen, depth + 1);
-    }
-}
-
 static void tenant_view_of(struct conn_state *st, struct sl_response *resp)
 {
     if (st->principal.kind != SL_PRINCIPAL_TENANT || !resp->body)
         return;
-    char prefix[SL_TENANT_ID_MAX + 3];
-    int plen = snprintf(prefix, sizeof(prefix), "\"%s%c", st->principal.tenant_id, SL_TENANT_SEP);
     /* Most answers (a command's output) name no sandbox: not parsed. */
-    if (!memmem(resp->body, resp->len, prefix, (size_t)plen))
+    if (!sl_tenant_view_mentions(st->principal.tenant_id, resp->body, resp->len))
         return;
     _cleanup_json_ json_t *doc = json_loadb(resp->body, resp->len, JSON_ALLOW_NUL, NULL);
     if (!doc)
         return;
-    strip_namespace(doc, prefix + 1, (size_t)plen - 1, 0);
+    sl_tenant_view_strip(doc, st->principal.tenant_id);
     char *body = json_dumps(doc, JSON_COMPACT);
     if (!body)
         return;
@@ -374,10 +329,10 @@ static bool tenant_namespace(struct conn_state *st)
     const char *name = st->params[i];
     size_t n = strlen(name);
     /* What resolve let the tenant name: 128 characters with its namespace. */
-    if (n < 3 || n + strlen(st->principal.tenant_id) + 1 > 128 || !sl_v_is_identifier(name))
+    if (n < 3 || !sl_v_is_identifier(name) ||
+        !sl_tenant_namespaced(st->principal.tenant_id, name, 128, st->tenant_sandbox_id,
+                              sizeof(st->tenant_sandbox_id)))
         return false;
-    snprintf(st->tenant_sandbox_id, sizeof(st->tenant_sandbox_id), "%s%c%s",
-             st->principal.tenant_id, SL_TENANT_SEP, name);
     /* The path as sent, with the name replaced (names need no escaping):
      * every tenant route's sandbox id is the segment after this. */
     static const char pre[] = "/api/v1/sandboxes/";

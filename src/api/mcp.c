@@ -293,7 +293,7 @@ static void m_tools_call(struct sl_request *req, struct sl_response *resp, enum 
         return;
     }
     _cleanup_json_ json_t *empty = json_object();
-    json_t *result = sl_mcp_tool_call(req->svc, name, json_is_object(args) ? args : empty);
+    json_t *result = sl_mcp_tool_call(req->svc, req->principal, name, json_is_object(args) ? args : empty);
     if (!result) {
         /* The name is not echoed: nothing a client sends comes back. */
         respond_error(resp, era, id, RPC_INVALID_PARAMS, "Unknown tool");

@@ -44,7 +44,11 @@ json_t *sl_mcp_tools_list(void);
 /* Run tool `name` with `args` (an object). Returns NULL when no tool has
  * that name; otherwise a CallToolResult: {content, structuredContent,
  * isError:false} on success, {content, isError:true} when the tool failed
- * (a service refusal or invalid arguments). */
-json_t *sl_mcp_tool_call(struct sl_service *svc, const char *name, const json_t *args);
+ * (a service refusal or invalid arguments). `who` is the request's
+ * principal: a tenant's key keeps every call to its own sandboxes (its
+ * names in and out of its namespace, its quotas, its key as the actor). */
+struct sl_principal;
+json_t *sl_mcp_tool_call(struct sl_service *svc, const struct sl_principal *who,
+                         const char *name, const json_t *args);
 
 #endif

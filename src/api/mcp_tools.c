@@ -6,6 +6,7 @@
  * result with isError true, never a protocol error, so the agent can read
  * it and recover. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,12 +16,15 @@
 #include "api/router.h"
 #include "api/exec_request.h"
 #include "api/mcp.h"
+#include "api/tenant_view.h"
 #include "api/validate.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "service/principal.h"
 #include "service/service.h"
+#include "service/tenants.h"
 
 #define DEFAULT_PROFILE "coding-default"
 #define MAX_PATH_CHARS 4096
@@ -28,6 +32,21 @@
 /* Identifiers that the REST API takes from the path are not validated
  * there; here they are bounded so a huge string never reaches the store. */
 #define MAX_ID_CHARS 1024
+
+/* Who calls a tool: the service, and the principal of the request (its
+ * key), whose quotas gate what adds to them and whose key the route
+ * history names. A tenant's arguments and answers are in and out of its
+ * namespace already (sl_mcp_tool_call), so a tool never sees the
+ * difference otherwise. */
+struct caller {
+    struct sl_service *svc;
+    const struct sl_principal *who;
+};
+
+static bool is_tenant(const struct caller *c)
+{
+    return c->who && c->who->kind == SL_PRINCIPAL_TENANT;
+}
 
 /* ---- annotation presets (MCP.md §2) ----------------------------------------- */
 
@@ -382,10 +401,10 @@ static json_t *route_info(const json_t *route)
 
 /* ---- the tools ----------------------------------------------------------------- */
 
-static json_t *t_profile(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_profile(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     (void)args;
-    _cleanup_json_ json_t *health = sl_svc_healthz(svc);
+    _cleanup_json_ json_t *health = sl_svc_healthz(c->svc);
     if (!health)
         return fail(err, SL_E_INTERNAL, "internal error");
     const json_t *worker = json_object_get(health, "worker");
@@ -410,23 +429,41 @@ static json_t *t_profile(struct sl_service *svc, const json_t *args, struct sl_e
                      reaper ? json_incref(reaper) : json_object());
 }
 
-static json_t *t_resolve(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_resolve(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
-    const char *id = sl_v_string(&v, args, "sandbox_id", true, 3, 128, true, NULL);
-    const char *scope = sl_v_string(&v, args, "workspace_scope_id", true, 1, 191, false, NULL);
+    /* A tenant's names go into its namespace, as in REST: the room they
+     * leave in the reference's columns is what it may use. */
+    const char *tenant = is_tenant(c) ? c->who->tenant_id : NULL;
+    size_t room = tenant ? strlen(tenant) + 1 : 0;
+    const char *id = sl_v_string(&v, args, "sandbox_id", true, 3, 128 - room, true, NULL);
+    const char *scope =
+        sl_v_string(&v, args, "workspace_scope_id", true, 1, 191 - room, false, NULL);
     const char *profile = sl_v_string(&v, args, "profile", false, 1, 64, false, DEFAULT_PROFILE);
     json_t *out = NULL;
+    char nid[130], nscope[194], actor[SL_PRINCIPAL_ACTOR_MAX];
+    bool held = false;
+    int64_t value = -1;
     if (!sl_v_ok(&v)) {
         fail_invalid(err, &v);
     } else if (sl_router_id_is_route(id)) {
         sl_router_refuse_reserved_id(id, err);
-    } else {
-        _cleanup_json_ json_t *resolved = sl_svc_resolve(svc, id, scope, profile, NULL, err);
+    } else if (tenant && (!sl_tenant_namespaced(tenant, id, 128, nid, sizeof(nid)) ||
+                          !sl_tenant_namespaced(tenant, scope, 191, nscope, sizeof(nscope)))) {
+        sl_error_set(err, SL_E_INTERNAL, 0, "internal error"); /* validated above */
+    } else if (sl_svc_quota_enter(c->svc, c->who, SL_LIMIT_SANDBOXES, tenant ? nid : id, &held,
+                                  &value, err) == 0) {
+        if (tenant) {
+            id = nid;
+            scope = nscope;
+        }
+        _cleanup_json_ json_t *resolved = sl_svc_resolve(
+            c->svc, id, scope, profile, sl_principal_actor(c->who, actor), err);
+        sl_svc_quota_leave(c->svc, held);
         /* The answer is the route as stored after resolve (it may have
          * woken or reassigned it), in the MCP's own shape. */
-        _cleanup_json_ json_t *route = resolved ? sl_svc_route_get(svc, id, err) : NULL;
+        _cleanup_json_ json_t *route = resolved ? sl_svc_route_get(c->svc, id, err) : NULL;
         if (route)
             out = route_info(route);
     }
@@ -434,7 +471,7 @@ static json_t *t_resolve(struct sl_service *svc, const json_t *args, struct sl_e
     return out;
 }
 
-static json_t *t_create(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_create(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -446,7 +483,14 @@ static json_t *t_create(struct sl_service *svc, const json_t *args, struct sl_er
     } else {
         /* sl_svc_connect fences first: a missing route or another
          * generation is STALE_SANDBOX_ROUTE, as the tool requires. */
-        _cleanup_json_ json_t *doc = sl_svc_connect(svc, id, generation, err);
+        bool held = false;
+        int64_t value = -1;
+        _cleanup_json_ json_t *doc = NULL;
+        if (sl_svc_quota_enter(c->svc, c->who, SL_LIMIT_RUNNING_SESSIONS, id, &held, &value,
+                               err) == 0) {
+            doc = sl_svc_connect(c->svc, id, generation, err);
+            sl_svc_quota_leave(c->svc, held);
+        }
         if (doc) {
             const char *status = sl_json_get_str(doc, "status");
             out = json_pack("{s:s,s:I,s:s}", "sandbox_id", id, "generation", (json_int_t)generation,
@@ -457,7 +501,7 @@ static json_t *t_create(struct sl_service *svc, const json_t *args, struct sl_er
     return out;
 }
 
-static json_t *t_status(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_status(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -466,7 +510,7 @@ static json_t *t_status(struct sl_service *svc, const json_t *args, struct sl_er
     if (!sl_v_ok(&v)) {
         fail_invalid(err, &v);
     } else {
-        _cleanup_json_ json_t *route = sl_svc_route_get(svc, id, err);
+        _cleanup_json_ json_t *route = sl_svc_route_get(c->svc, id, err);
         if (route)
             out = route_info(route);
     }
@@ -474,7 +518,7 @@ static json_t *t_status(struct sl_service *svc, const json_t *args, struct sl_er
     return out;
 }
 
-static json_t *t_audit(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_audit(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -483,12 +527,56 @@ static json_t *t_audit(struct sl_service *svc, const json_t *args, struct sl_err
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_audit(svc, id, err);
+        out = sl_svc_audit(c->svc, id, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_exec(struct sl_service *svc, const json_t *args, struct sl_error *err)
+/* A synchronous command's answer, waited for on this thread. */
+struct exec_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    json_t *doc;
+};
+
+static void exec_done(json_t *doc, void *ctx)
+{
+    struct exec_wait *w = ctx;
+    pthread_mutex_lock(&w->lock);
+    w->doc = doc;
+    w->done = true;
+    pthread_cond_signal(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* The command of a tenant with commands_in_flight set, whose quota lock the
+ * caller holds: let go of it once the command is admitted (it counts from
+ * then on), not when it ends, as REST does, then wait for the answer. */
+static json_t *exec_admitted(const struct caller *c, const char *id,
+                             const struct sl_exec_request *req, struct sl_error *err)
+{
+    struct exec_wait w = {.lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER};
+    json_t *out = NULL;
+    int rc = sl_svc_exec(c->svc, id, req, exec_done, &w, &out, err);
+    sl_svc_quota_leave(c->svc, true);
+    if (rc == 1) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        out = w.doc;
+        if (!out)
+            sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    } else if (rc < 0) {
+        out = NULL;
+    }
+    pthread_mutex_destroy(&w.lock);
+    pthread_cond_destroy(&w.cond);
+    return out;
+}
+
+static json_t *t_exec(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -502,14 +590,21 @@ static json_t *t_exec(struct sl_service *svc, const json_t *args, struct sl_erro
     } else {
         /* No waiter: a synchronous command blocks this handler thread
          * until it ends (MCP answers in one JSON response anyway). */
-        if (sl_svc_exec(svc, id, &p.req, NULL, NULL, &out, err) < 0)
+        bool held = false;
+        int64_t value = -1;
+        if (sl_svc_quota_enter(c->svc, c->who, SL_LIMIT_COMMANDS, NULL, &held, &value, err) <
+            0)
             out = NULL;
+        else if (!held && sl_svc_exec(c->svc, id, &p.req, NULL, NULL, &out, err) < 0)
+            out = NULL;
+        else if (held)
+            out = exec_admitted(c, id, &p.req, err);
     }
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_exec_status(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_exec_status(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -520,12 +615,12 @@ static json_t *t_exec_status(struct sl_service *svc, const json_t *args, struct 
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_exec_get(svc, id, exec_id, generation, err);
+        out = sl_svc_exec_get(c->svc, id, exec_id, generation, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_cancel(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_cancel(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -536,12 +631,12 @@ static json_t *t_cancel(struct sl_service *svc, const json_t *args, struct sl_er
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_exec_cancel(svc, id, exec_id, generation, err);
+        out = sl_svc_exec_cancel(c->svc, id, exec_id, generation, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_write(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_write(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -556,7 +651,7 @@ static json_t *t_write(struct sl_service *svc, const json_t *args, struct sl_err
         fail_invalid(err, &v);
     } else {
         _cleanup_json_ json_t *doc =
-            sl_svc_file_write(svc, id, generation, path, b64, b64_len, err);
+            sl_svc_file_write(c->svc, id, generation, path, b64, b64_len, err);
         if (doc)
             out = json_pack("{s:s,s:I,s:s}", "sandbox_id", id, "generation", (json_int_t)generation,
                             "status", "WRITTEN");
@@ -565,7 +660,7 @@ static json_t *t_write(struct sl_service *svc, const json_t *args, struct sl_err
     return out;
 }
 
-static json_t *t_read(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_read(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -578,7 +673,7 @@ static json_t *t_read(struct sl_service *svc, const json_t *args, struct sl_erro
     if (!sl_v_ok(&v)) {
         fail_invalid(err, &v);
     } else {
-        _cleanup_json_ json_t *doc = sl_svc_file_read(svc, id, generation, path, err);
+        _cleanup_json_ json_t *doc = sl_svc_file_read(c->svc, id, generation, path, err);
         if (doc)
             out = json_pack("{s:O,s:o}", "path", json_object_get(args, "path"), "content_base64",
                             str_member(doc, "content_base64"));
@@ -587,7 +682,7 @@ static json_t *t_read(struct sl_service *svc, const json_t *args, struct sl_erro
     return out;
 }
 
-static json_t *t_suspend(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_suspend(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -597,26 +692,31 @@ static json_t *t_suspend(struct sl_service *svc, const json_t *args, struct sl_e
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_suspend(svc, id, generation, err);
+        out = sl_svc_suspend(c->svc, id, generation, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_resume(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_resume(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
     const char *id = arg_id(&v, args, "sandbox_id");
     json_t *out = NULL;
-    if (!sl_v_ok(&v))
+    bool held = false;
+    int64_t value = -1;
+    if (!sl_v_ok(&v)) {
         fail_invalid(err, &v);
-    else
-        out = sl_svc_resume(svc, id, err);
+    } else if (sl_svc_quota_enter(c->svc, c->who, SL_LIMIT_RUNNING_SESSIONS, id, &held, &value,
+                                  err) == 0) {
+        out = sl_svc_resume(c->svc, id, err);
+        sl_svc_quota_leave(c->svc, held);
+    }
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_release(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_release(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -626,7 +726,9 @@ static json_t *t_release(struct sl_service *svc, const json_t *args, struct sl_e
         fail_invalid(err, &v);
     } else {
         /* An unknown id is released already: the service answers RELEASED. */
-        _cleanup_json_ json_t *doc = sl_svc_release(svc, id, NULL, err);
+        char actor[SL_PRINCIPAL_ACTOR_MAX];
+        _cleanup_json_ json_t *doc =
+            sl_svc_release(c->svc, id, sl_principal_actor(c->who, actor), err);
         if (doc)
             out = json_pack("{s:s,s:s}", "sandbox_id", id, "status", "RELEASED");
     }
@@ -646,7 +748,7 @@ static struct sl_file_path arg_path(struct sl_validation *v, const json_t *args,
     return p;
 }
 
-static json_t *t_list_dir(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_list_dir(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -660,12 +762,12 @@ static json_t *t_list_dir(struct sl_service *svc, const json_t *args, struct sl_
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_file_list(svc, id, generation, path, limit, offset, err);
+        out = sl_svc_file_list(c->svc, id, generation, path, limit, offset, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_make_dir(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_make_dir(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -678,12 +780,12 @@ static json_t *t_make_dir(struct sl_service *svc, const json_t *args, struct sl_
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_file_mkdir(svc, id, generation, path, parents, err);
+        out = sl_svc_file_mkdir(c->svc, id, generation, path, parents, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_delete_path(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_delete_path(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -696,12 +798,12 @@ static json_t *t_delete_path(struct sl_service *svc, const json_t *args, struct 
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_file_delete(svc, id, generation, path, recursive, err);
+        out = sl_svc_file_delete(c->svc, id, generation, path, recursive, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_move_path(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_move_path(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -715,12 +817,12 @@ static json_t *t_move_path(struct sl_service *svc, const json_t *args, struct sl
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_file_move(svc, id, generation, src, dst, overwrite, err);
+        out = sl_svc_file_move(c->svc, id, generation, src, dst, overwrite, err);
     sl_v_free(&v);
     return out;
 }
 
-static json_t *t_write_text(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_write_text(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -736,7 +838,7 @@ static json_t *t_write_text(struct sl_service *svc, const json_t *args, struct s
     } else {
         _cleanup_free_ char *b64 = sl_base64_encode(text, len);
         _cleanup_json_ json_t *doc =
-            b64 ? sl_svc_file_write(svc, id, generation, path, b64, strlen(b64), err) : NULL;
+            b64 ? sl_svc_file_write(c->svc, id, generation, path, b64, strlen(b64), err) : NULL;
         if (!b64)
             sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         else if (doc)
@@ -748,7 +850,7 @@ static json_t *t_write_text(struct sl_service *svc, const json_t *args, struct s
     return out;
 }
 
-static json_t *t_read_text(struct sl_service *svc, const json_t *args, struct sl_error *err)
+static json_t *t_read_text(const struct caller *c, const json_t *args, struct sl_error *err)
 {
     struct sl_validation v;
     sl_v_init(&v);
@@ -763,7 +865,7 @@ static json_t *t_read_text(struct sl_service *svc, const json_t *args, struct sl
         return NULL;
     }
     sl_v_free(&v);
-    _cleanup_json_ json_t *doc = sl_svc_file_read(svc, id, generation, path, err);
+    _cleanup_json_ json_t *doc = sl_svc_file_read(c->svc, id, generation, path, err);
     if (!doc)
         return NULL;
     const char *b64 = json_string_value(json_object_get(doc, "content_base64"));
@@ -793,7 +895,7 @@ struct tool {
     enum preset preset;
     const struct field *input;
     const struct field *output;
-    json_t *(*call)(struct sl_service *svc, const json_t *args, struct sl_error *err);
+    json_t *(*call)(const struct caller *c, const json_t *args, struct sl_error *err);
 };
 
 static const struct tool TOOLS[] = {
@@ -911,7 +1013,34 @@ static json_t *error_result(const char *tool, const struct sl_error *err)
     return json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text", text, "isError", 1);
 }
 
-json_t *sl_mcp_tool_call(struct sl_service *svc, const char *name, const json_t *args)
+/* A tenant's sandbox_id argument in its namespace, in a shallow copy of the
+ * arguments (a file's content is shared, not copied). sandbox_resolve
+ * does its own, since it validates the name first. NULL with
+ * SANDBOX_NOT_FOUND for a name the tenant could not have created, the
+ * answer REST gives (api/http.c). */
+static json_t *tenant_args(const struct caller *c, const struct tool *t, const json_t *args,
+                           struct sl_error *err)
+{
+    const char *name = json_string_value(json_object_get(args, "sandbox_id"));
+    if (!is_tenant(c) || t->call == t_resolve || !name)
+        return json_incref((json_t *)args); /* a missing or wrong type is the tool's refusal */
+    char nid[130];
+    if (strlen(name) < 3 || !sl_v_is_identifier(name) ||
+        !sl_tenant_namespaced(c->who->tenant_id, name, 128, nid, sizeof(nid))) {
+        sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "SANDBOX_NOT_FOUND");
+        return NULL;
+    }
+    json_t *own = json_copy((json_t *)args);
+    if (!own || json_object_set_new(own, "sandbox_id", json_string(nid)) < 0) {
+        json_decref(own);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    return own;
+}
+
+json_t *sl_mcp_tool_call(struct sl_service *svc, const struct sl_principal *who,
+                         const char *name, const json_t *args)
 {
     const struct tool *t = NULL;
     for (size_t i = 0; i < SL_ARRAY_LEN(TOOLS); i++)
@@ -919,13 +1048,17 @@ json_t *sl_mcp_tool_call(struct sl_service *svc, const char *name, const json_t 
             t = &TOOLS[i];
     if (!t)
         return NULL;
+    const struct caller c = {.svc = svc, .who = who};
     struct sl_error err = {0};
-    _cleanup_json_ json_t *structured = t->call(svc, args, &err);
+    _cleanup_json_ json_t *own = tenant_args(&c, t, args, &err);
+    _cleanup_json_ json_t *structured = own ? t->call(&c, own, &err) : NULL;
     if (!json_is_object(structured)) {
         if (!err.code)
             sl_error_set(&err, SL_E_INTERNAL, 0, "internal error");
         return error_result(t->name, &err);
     }
+    if (is_tenant(&c))
+        sl_tenant_view_strip(structured, who->tenant_id);
     /* The text block carries the same data for clients that ignore
      * structuredContent (MCP.md §4.1). */
     _cleanup_free_ char *text = json_dumps(structured, JSON_COMPACT);

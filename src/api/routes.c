@@ -1121,7 +1121,7 @@ const struct sl_route_def sl_routes[] = {
      "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
-     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false, false, false},
+     "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false, true, false},
     {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,
      "runtimeDiagnostics", "Fleet capacity snapshot", NULL, "RuntimeDiagnostics", NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/resolve", h_resolve, true, true, "resolveSandbox",

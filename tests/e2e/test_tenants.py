@@ -1,8 +1,9 @@
 """Tenants and their API keys (issue 14, item 1): the operator's admin
 routes, a key that acts as its tenant, and every way a key can be wrong
 answering the same 401. A tenant key reaches GET /api/v1/tenant and the
-sandbox routes (test_tenancy.py); everywhere else (admin, templates, MCP,
-fleet views) it is refused (403) before anything runs."""
+sandbox routes (test_tenancy.py) and the MCP endpoint (test_mcp_tenants.py);
+everywhere else (admin, templates, fleet views) it is refused (403) before
+anything runs."""
 
 import json
 import re
@@ -160,7 +161,6 @@ def test_a_tenant_key_is_refused_on_every_other_route_before_it_runs(client, dae
         ("DELETE", "/api/v1/templates/some-name", None),
         ("POST", f"{API}/{sid}/templates", {"generation": 1, "name": "t1"}),
         ("PUT", f"{API}/{sid}/templates", {"generation": 1, "templates": ["t1"]}),
-        ("POST", f"{API}/mcp/streamable-http", {"jsonrpc": "2.0", "id": 1, "method": "ping"}),
     ]
     for method, path, body in cases:
         kw = {"json_body": body} if body is not None else {}
@@ -379,7 +379,7 @@ def test_a_tenant_key_is_refused_before_its_body_is_read(client):
     assert client.get("/api/v1/tenant", token=key).status == 200  # cached
     s = socket.create_connection((client.host, client.port), timeout=10)
     try:
-        s.sendall((f"POST {API}/mcp/streamable-http HTTP/1.1\r\nHost: x\r\n"
+        s.sendall((f"POST {ADMIN} HTTP/1.1\r\nHost: x\r\n"
                    f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
                    f"Content-Length: 20000000\r\n\r\n").encode())
         head = s.recv(4096).decode(errors="replace")
