@@ -10,6 +10,7 @@
 #include "api/mcp.h"
 #include "api/pages.h"
 #include "api/router.h"
+#include "api/tenant_view.h"
 #include "api/validate.h"
 #include "common/cleanup.h"
 #include "common/json.h"
@@ -717,21 +718,35 @@ static void h_admin_execs(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
-static void h_admin_sandboxes(struct sl_request *req, struct sl_response *resp)
+/* The admin listing, for the operator everything; for a tenant its own
+ * sandboxes only (the ids that start with its namespace, a scope filter
+ * in its namespace), whose names the answer then gives back without it. */
+static void list_sandboxes(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
     sl_v_init(&v);
+    bool tenant = req->principal && req->principal->kind == SL_PRINCIPAL_TENANT;
+    size_t room = tenant ? strlen(req->principal->tenant_id) + 1 : 0;
     struct sl_route_filter f = {.limit = 50};
     f.status = query_bounded(req, &v, "status", 32);
-    f.workspace_scope_id = query_bounded(req, &v, "workspace_scope_id", 191);
+    f.workspace_scope_id = query_bounded(req, &v, "workspace_scope_id", 191 - room);
     f.worker_id = query_bounded(req, &v, "worker_id", 128);
-    f.search = query_bounded(req, &v, "search", 128);
+    f.search = query_bounded(req, &v, "search", 128 - room);
     query_paging(req, &v, &f.limit, &f.offset);
     /* An empty filter value filters nothing. */
     const char **fields[] = {&f.status, &f.workspace_scope_id, &f.worker_id, &f.search};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
         if (*fields[i] && !**fields[i])
             *fields[i] = NULL;
+    char prefix[SL_TENANT_ID_MAX + 2], scope[194];
+    if (tenant) {
+        snprintf(prefix, sizeof(prefix), "%s%c", req->principal->tenant_id, SL_TENANT_SEP);
+        f.id_prefix = prefix;
+        if (f.workspace_scope_id && sl_tenant_namespaced(req->principal->tenant_id,
+                                                         f.workspace_scope_id, 191, scope,
+                                                         sizeof(scope)))
+            f.workspace_scope_id = scope;
+    }
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
     } else {
@@ -740,6 +755,16 @@ static void h_admin_sandboxes(struct sl_request *req, struct sl_response *resp)
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
+}
+
+static void h_admin_sandboxes(struct sl_request *req, struct sl_response *resp)
+{
+    list_sandboxes(req, resp);
+}
+
+static void h_sandboxes(struct sl_request *req, struct sl_response *resp)
+{
+    list_sandboxes(req, resp);
 }
 
 /* ---- tenants and their keys (issue 14) ---------------------------------- */
@@ -1179,6 +1204,9 @@ const struct sl_route_def sl_routes[] = {
      false, true, false},
     {"GET", "/api/v1/admin/overview", h_admin_overview, true, false, "adminOverview",
      "Fleet overview", NULL, "AdminOverview", NULL, 0, false, false, false, false},
+    {"GET", "/api/v1/sandboxes", h_sandboxes, true, false, "listSandboxes",
+     "The caller's sandboxes, most recently active first", NULL, "AdminSandboxList",
+     Q_ADMIN_SANDBOXES, 0, false, false, true, false},
     {"GET", "/api/v1/admin/sandboxes", h_admin_sandboxes, true, false, "adminListSandboxes",
      "Sandboxes, most recently active first", NULL, "AdminSandboxList", Q_ADMIN_SANDBOXES, 0, false, false, false, false},
     {"GET", "/api/v1/admin/execs", h_admin_execs, true, false, "adminListExecutions",

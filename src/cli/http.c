@@ -43,9 +43,9 @@ static void set(struct cli_error *e, long status, const char *code, const char *
 
 /* The service's refusal: {"detail": {"code", "message"}} (ours) or
  * {"detail": "<CODE>"} (the reference's short form). */
-static void refusal(const struct buf *b, long status, struct cli_error *e)
+void cli_refusal(const char *answer, size_t len, long status, struct cli_error *e)
 {
-    json_t *doc = b->data ? json_loadb(b->data, b->len, 0, NULL) : NULL;
+    json_t *doc = answer ? json_loadb(answer, len, 0, NULL) : NULL;
     json_t *detail = json_object_get(doc, "detail");
     const char *code = json_string_value(json_object_get(detail, "code"));
     const char *message = json_string_value(json_object_get(detail, "message"));
@@ -57,24 +57,28 @@ static void refusal(const struct buf *b, long status, struct cli_error *e)
     json_decref(doc);
 }
 
-int cli_call(const struct cli_conn *c, const char *method, const char *path, json_t *body,
-             long timeout_s, json_t **answer, struct cli_error *e)
+int cli_exchange(const struct cli_conn *c, const struct cli_exchange *x, long *status,
+                 char **answer, size_t *answer_len, struct cli_error *e)
 {
+    *status = 0;
     *answer = NULL;
+    *answer_len = 0;
     memset(e, 0, sizeof(*e));
     CURL *h = curl_easy_init();
-    char *url = NULL, *auth = NULL, *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *url = NULL, *auth = NULL;
     struct curl_slist *headers = NULL;
     struct buf b = {0};
     int rc = -1;
-    if (!h || asprintf(&url, "%s%s", c->url, path) < 0 || (body && !text)) {
+    if (!h || asprintf(&url, "%s%s", c->url, x->path) < 0) {
         url = NULL;
         set(e, 0, "CLI_INTERNAL", "%s", "out of memory");
         goto out;
     }
-    headers = curl_slist_append(headers, "Accept: application/json");
-    if (text)
+    headers = curl_slist_append(headers, x->accept ? x->accept : "Accept: application/json");
+    if (x->body)
         headers = curl_slist_append(headers, "Content-Type: application/json");
+    for (size_t i = 0; x->headers && x->headers[i]; i++)
+        headers = curl_slist_append(headers, x->headers[i]);
     if (c->api_key && c->api_key[0]) {
         if (asprintf(&auth, "Authorization: Bearer %s", c->api_key) < 0) {
             auth = NULL;
@@ -84,24 +88,24 @@ int cli_call(const struct cli_conn *c, const char *method, const char *path, jso
         headers = curl_slist_append(headers, auth);
     }
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, x->method);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT, timeout_s);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, x->timeout_s);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "sandloom-cli/1");
-    if (text) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, text);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(text));
-    } else if (strcmp(method, "GET") == 0) {
+    if (x->body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, x->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)x->body_len);
+    } else if (strcmp(x->method, "GET") == 0) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
     }
     CURLcode res = curl_easy_perform(h);
     if (b.too_big) {
-        set(e, 0, "CLI_BAD_ANSWER", "the answer to %s is larger than the CLI reads", path);
+        set(e, 0, "CLI_BAD_ANSWER", "the answer to %s is larger than the CLI reads", x->path);
         goto out;
     }
     if (res != CURLE_OK) {
@@ -111,21 +115,13 @@ int cli_call(const struct cli_conn *c, const char *method, const char *path, jso
         snprintf(e->message + used, sizeof(e->message) - used, " (%s)", c->url);
         goto out;
     }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    if (status < 200 || status > 299) {
-        refusal(&b, status, e);
-        goto out;
-    }
-    *answer = b.len ? json_loadb(b.data, b.len, 0, NULL) : json_object();
-    if (!*answer) {
-        set(e, status, "CLI_BAD_ANSWER", "the answer to %s is not JSON", path);
-        goto out;
-    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    *answer = b.data;
+    *answer_len = b.len;
+    b.data = NULL;
     rc = 0;
 out:
     free(b.data);
-    free(text);
     free(url);
     if (auth) {
         /* The key does not outlive the request in this process's memory. */
@@ -135,6 +131,39 @@ out:
     curl_slist_free_all(headers);
     if (h)
         curl_easy_cleanup(h);
+    return rc;
+}
+
+int cli_call(const struct cli_conn *c, const char *method, const char *path, json_t *body,
+             long timeout_s, json_t **answer, struct cli_error *e)
+{
+    *answer = NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    if (body && !text) {
+        memset(e, 0, sizeof(*e));
+        set(e, 0, "CLI_INTERNAL", "%s", "out of memory");
+        return -1;
+    }
+    const struct cli_exchange x = {.method = method,
+                                   .path = path,
+                                   .body = text,
+                                   .body_len = text ? strlen(text) : 0,
+                                   .timeout_s = timeout_s};
+    long status = 0;
+    struct buf b = {0};
+    int rc = cli_exchange(c, &x, &status, &b.data, &b.len, e);
+    free(text);
+    if (rc < 0)
+        return -1;
+    rc = -1;
+    if (status < 200 || status > 299) {
+        cli_refusal(b.data, b.len, status, e);
+    } else if (!(*answer = b.len ? json_loadb(b.data, b.len, 0, NULL) : json_object())) {
+        set(e, status, "CLI_BAD_ANSWER", "the answer to %s is not JSON", path);
+    } else {
+        rc = 0;
+    }
+    free(b.data);
     return rc;
 }
 

@@ -30,6 +30,29 @@ struct cli_error {
 int cli_call(const struct cli_conn *c, const char *method, const char *path, json_t *body,
              long timeout_s, json_t **answer, struct cli_error *e);
 
+/* One exchange as it is, for the MCP bridge, which relays what the service
+ * answers without judging it: the request's body text (NULL: none) and
+ * extra header lines (NULL-terminated; NULL: none); accept replaces the
+ * "Accept: application/json" line. 0 when an answer came, whatever its
+ * status: *status, and *answer (malloc'd, NUL-terminated; NULL when empty)
+ * of *answer_len bytes. -1 with e (CLI_UNREACHABLE, ...) when none came.
+ * timeout_s 0: no limit but the connect's 10 s. */
+struct cli_exchange {
+    const char *method;
+    const char *path;
+    const char *body;
+    size_t body_len;
+    const char *accept;
+    const char *const *headers;
+    long timeout_s;
+};
+int cli_exchange(const struct cli_conn *c, const struct cli_exchange *x, long *status,
+                 char **answer, size_t *answer_len, struct cli_error *e);
+
+/* e from a refusal's answer: the service's {"detail": {"code", "message"}}
+ * or {"detail": "<CODE>"}, else HTTP_<status>. */
+void cli_refusal(const char *answer, size_t len, long status, struct cli_error *e);
+
 /* s escaped for a query value or a path segment (malloc'd; NULL on OOM). */
 char *cli_escape(const char *s);
 

@@ -8,6 +8,7 @@
  * else ~/.config/sandloom/config: "url = ...", "api_key = ...",
  * "scope = ..." lines, '#' comments), then http://127.0.0.1:8080, scope
  * "default". */
+#include <curl/curl.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 
 #include "cli/copy.h"
 #include "cli/http.h"
+#include "cli/mcp_bridge.h"
 #include "cli/sandbox.h"
 
 /* Exit statuses besides a command's own (exec). */
@@ -51,12 +53,15 @@ static const char USAGE[] =
     "                           and its exit code is sandloom's (124: timed out,\n"
     "                           128+N: killed by signal N)\n"
     "  cat NAME PATH            print a file of the sandbox\n"
+    "  ls                       the sandboxes this key may see (a tenant's own)\n"
     "  ls NAME [PATH]           list a directory of the sandbox (/workspace)\n"
     "  cp [-r] LOCAL NAME:PATH  copy a file into the sandbox (-r: a directory's\n"
     "                           contents into PATH, made if missing)\n"
     "  cp [-r] NAME:PATH LOCAL  copy out of it ('-': standard output); a\n"
     "                           progress line on a terminal for 1 MiB or more\n"
     "  doctor                   check the configuration, the service and the key\n"
+    "  mcp                      MCP over stdio, relayed to the service with the key\n"
+    "                           (for agents that only speak stdio)\n"
     "\n"
     "  templates ls                           the published templates\n"
     "  templates publish NAME TEMPLATE [PATH] publish PATH (default /envs) of\n"
@@ -446,6 +451,52 @@ static int cmd_cat(struct ctx *c, const char *name, const char *path)
     return ok ? 0 : EXIT_REFUSED;
 }
 
+static void print_entry(const json_t *entry)
+{
+    const char *type = json_string_value(json_object_get(entry, "type"));
+    const char *name = json_string_value(json_object_get(entry, "name"));
+    printf("%-9s %12lld  %s%s\n", type ? type : "?",
+           (long long)json_integer_value(json_object_get(entry, "size_bytes")), name ? name : "?",
+           type && strcmp(type, "directory") == 0 ? "/" : "");
+}
+
+/* Every page of a listing, one call per page: the items of each under
+ * `key` into one array (*all), so nothing past the first page is left out
+ * unsaid. A page is `page` items: &limit=&offset= on `path_query` (the
+ * route's own query, or its path when sb is NULL). */
+static int list_all(struct ctx *c, struct cli_sandbox *sb, const char *route,
+                    const char *path_query, const char *key, int page, json_t **all,
+                    struct cli_error *e)
+{
+    *all = json_array();
+    for (long offset = 0; *all;) {
+        char *query = NULL;
+        if (asprintf(&query, "%s%climit=%d&offset=%ld", path_query,
+                     strchr(path_query, '?') ? '&' : '?', page, offset) < 0) {
+            snprintf(e->code, sizeof(e->code), "CLI_INTERNAL");
+            snprintf(e->message, sizeof(e->message), "out of memory");
+            break;
+        }
+        json_t *doc = NULL;
+        int rc = sb ? cli_sandbox_call(sb, "GET", route, query, NULL, CALL_TIMEOUT_S, &doc, e)
+                    : cli_call(&c->conn, "GET", query, NULL, CALL_TIMEOUT_S, &doc, e);
+        free(query);
+        if (rc < 0)
+            break;
+        json_t *items = json_object_get(doc, key);
+        size_t got = json_array_size(items);
+        json_array_extend(*all, items);
+        long total = (long)json_integer_value(json_object_get(doc, "total"));
+        json_decref(doc);
+        offset += (long)got;
+        if (got == 0 || offset >= total)
+            return 0;
+    }
+    json_decref(*all);
+    *all = NULL;
+    return -1;
+}
+
 static int cmd_ls(struct ctx *c, const char *name, const char *path)
 {
     struct cli_sandbox sb = sandbox_of(c, name);
@@ -458,23 +509,46 @@ static int cmd_ls(struct ctx *c, const char *name, const char *path)
         return EXIT_REFUSED;
     }
     free(escaped);
-    json_t *doc = NULL;
-    int rc = cli_sandbox_call(&sb, "GET", "/files/list", query, NULL, CALL_TIMEOUT_S, &doc, &e);
+    json_t *entries = NULL;
+    int rc = list_all(c, &sb, "/files/list", query, "entries", 1000, &entries, &e);
     free(query);
     if (rc < 0)
         return refused(c->o, &e);
+    json_t *doc = json_pack("{s:s,s:o,s:I}", "path", path, "entries", entries, "total",
+                            (json_int_t)json_array_size(entries));
     if (c->o->json) {
         print_json(doc);
     } else {
         size_t i;
         json_t *entry;
-        json_array_foreach(json_object_get(doc, "entries"), i, entry) {
-            const char *type = json_string_value(json_object_get(entry, "type"));
-            const char *entry_name = json_string_value(json_object_get(entry, "name"));
-            printf("%-9s %12lld  %s%s\n", type ? type : "?",
-                   (long long)json_integer_value(json_object_get(entry, "size_bytes")),
-                   entry_name ? entry_name : "?",
-                   type && strcmp(type, "directory") == 0 ? "/" : "");
+        json_array_foreach(entries, i, entry)
+            print_entry(entry);
+    }
+    json_decref(doc);
+    return 0;
+}
+
+/* The caller's sandboxes: a tenant's own, or with the internal token all. */
+static int cmd_list(struct ctx *c)
+{
+    json_t *all = NULL;
+    struct cli_error e;
+    if (list_all(c, NULL, NULL, "/api/v1/sandboxes", "sandboxes", 200, &all, &e) < 0)
+        return refused(c->o, &e);
+    json_t *doc = json_pack("{s:o,s:I}", "sandboxes", all, "total",
+                            (json_int_t)json_array_size(all));
+    if (c->o->json) {
+        print_json(doc);
+    } else {
+        size_t i;
+        json_t *s;
+        json_array_foreach(all, i, s) {
+            const char *scope = json_string_value(json_object_get(s, "workspace_scope_id"));
+            printf("%s\t%s\tgeneration %lld\tscope %s\n",
+                   json_string_value(json_object_get(s, "sandbox_id")),
+                   json_string_value(json_object_get(s, "status")),
+                   (long long)json_integer_value(json_object_get(s, "generation")),
+                   scope ? scope : "-");
         }
     }
     json_decref(doc);
@@ -876,6 +950,13 @@ static int dispatch(struct ctx *c, int argc, char **argv)
     }
     if (strcmp(cmd, "cp") == 0)
         return cmd_cp(c, argc, argv);
+    if (strcmp(cmd, "mcp") == 0) {
+        if (argc != 1)
+            return usage_error("mcp takes no arguments%s", "");
+        return cli_mcp_bridge(&c->conn, stdin, stdout);
+    }
+    if (strcmp(cmd, "ls") == 0 && argc == 1)
+        return cmd_list(c);
     if (argc < 2 || !valid_name(argv[1]))
         return usage_error("%s wants a sandbox name (letters, digits, _ . : -)", cmd);
     const char *name = argv[1];
@@ -957,7 +1038,10 @@ int main(int argc, char **argv)
     while (n && o.url[n - 1] == '/')
         o.url[--n] = '\0';
     struct ctx c = {.o = &o, .conn = {.url = o.url, .api_key = o.api_key}};
+    /* Before any thread (the MCP bridge relays on several). */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = dispatch(&c, argc - optind, argv + optind);
+    curl_global_cleanup();
     free(o.url);
     free(o.scope);
     if (o.api_key) {

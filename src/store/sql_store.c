@@ -1257,21 +1257,31 @@ static int sql_exec_list(struct sl_store *s, const struct sl_exec_filter *f,
     return 0;
 }
 
-/* "%<search with %, _ and the escape escaped>%" for LIKE ... ESCAPE. */
-static char *like_pattern(const char *search)
+/* "<prefix>%<search>%" for LIKE ... ESCAPE, each with %, _ and the escape
+ * escaped (no prefix: "%<search>%"; no search: "<prefix>%"). */
+static void like_literal(char *p, size_t *j, const char *text)
 {
-    size_t n = strlen(search);
+    for (size_t i = 0; text[i]; i++) {
+        if (text[i] == '%' || text[i] == '_' || text[i] == LIKE_ESCAPE)
+            p[(*j)++] = LIKE_ESCAPE;
+        p[(*j)++] = text[i];
+    }
+}
+
+static char *like_pattern(const char *prefix, const char *search)
+{
+    size_t n = (prefix ? strlen(prefix) : 0) + (search ? strlen(search) : 0);
     char *p = malloc(2 * n + 3);
     if (!p)
         return NULL;
     size_t j = 0;
+    if (prefix)
+        like_literal(p, &j, prefix);
     p[j++] = '%';
-    for (size_t i = 0; i < n; i++) {
-        if (search[i] == '%' || search[i] == '_' || search[i] == LIKE_ESCAPE)
-            p[j++] = LIKE_ESCAPE;
-        p[j++] = search[i];
+    if (search) {
+        like_literal(p, &j, search);
+        p[j++] = '%';
     }
-    p[j++] = '%';
     p[j] = '\0';
     return p;
 }
@@ -1319,7 +1329,7 @@ static int sql_route_list(struct sl_store *s, const struct sl_route_filter *f,
     *n = 0;
     *total = 0;
     _cleanup_free_ char *pattern = NULL;
-    if (f->search && !(pattern = like_pattern(f->search)))
+    if ((f->search || f->id_prefix) && !(pattern = like_pattern(f->id_prefix, f->search)))
         return oom(err);
     _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
     if (!c)

@@ -84,9 +84,11 @@ int sl_exec_record_copy(struct sl_exec_record *dst, const struct sl_exec_record 
 void sl_exec_records_free(struct sl_exec_record *v, size_t n);
 
 /* Admin listing of routes (API.md §3.18): NULL = any; `search` is a
- * substring of sandbox_id matched literally (%, _ and \ included). */
+ * substring of sandbox_id matched literally (%, _ and \ included);
+ * `id_prefix` a start it must have (a tenant's "<tenant_id>~"), matched
+ * literally too. */
 struct sl_route_filter {
-    const char *status, *workspace_scope_id, *worker_id, *search;
+    const char *status, *workspace_scope_id, *worker_id, *search, *id_prefix;
     int64_t limit, offset;
     bool oldest_first; /* last_active_at ascending (the reaper), else descending */
 };

@@ -384,3 +384,29 @@ def test_templates_publish_attach_list_and_remove(run):
     assert run("templates", "publish", builder, "Bad Name").returncode == 2
     for sb in (builder, user):
         run("rm", sb, check=0)
+
+
+def test_ls_lists_the_sandboxes_a_key_may_see_and_pages_a_directory(run, client):
+    """`sandloom ls`: a tenant's own sandboxes by their names, the operator's
+    all; `ls NAME` lists a directory past one page of the File API."""
+    tid = "ls-" + uuid.uuid4().hex[:8]
+    assert client.post(ADMIN, json={"tenant_id": tid}).status == 201
+    key = client.post(f"{ADMIN}/{tid}/keys", json={"name": "ls"}).body["api_key"]
+    mine = sorted(name() for _ in range(2))
+    for sb in mine:
+        run("create", sb, key=key, check=0)
+    lines = run("ls", key=key, check=0).stdout.decode().splitlines()
+    assert sorted(line.split("\t")[0] for line in lines) == mine, lines
+    assert all("\tREADY\tgeneration 1\tscope default" in line for line in lines), lines
+    doc = json.loads(run("--json", "ls", key=key, check=0).stdout)
+    assert doc["total"] == 2 and {s["sandbox_id"] for s in doc["sandboxes"]} == set(mine)
+    ops = json.loads(run("--json", "ls", check=0).stdout)
+    assert {f"{tid}~{sb}" for sb in mine} <= {s["sandbox_id"] for s in ops["sandboxes"]}
+    # A directory of 1,100 entries: more than one page, every one listed.
+    run("exec", mine[0], "--", "sh", "-c",
+        "mkdir /workspace/many && cd /workspace/many && seq -w 1 1100 | xargs touch",
+        key=key, check=0)
+    listed = run("ls", mine[0], "/workspace/many", key=key, check=0).stdout.decode().splitlines()
+    assert len(listed) == 1100 and listed[0].endswith(" 0001") and listed[-1].endswith(" 1100")
+    for sb in mine:
+        run("rm", sb, key=key, check=0)

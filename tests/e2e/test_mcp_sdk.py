@@ -81,9 +81,12 @@ def sdk_dir(tmp_path_factory):
     return work
 
 
-def run_client(daemon, sdk_dir, sandbox_id, scope):
+def run_client(daemon, sdk_dir, sandbox_id, scope, *, token=None, bridge=False):
+    """The SDK client's report; bridge=True: over stdio through `sandloom mcp`."""
     url = f"http://127.0.0.1:{daemon.port}{MCP}"
-    env = dict(os.environ, SANDLOOM_MCP_TOKEN=daemon.token)
+    env = dict(os.environ, SANDLOOM_MCP_TOKEN=token or daemon.token)
+    if bridge:
+        env["SANDLOOM_MCP_BRIDGE"] = str(Path(daemon.binary).parent / "sandloom")
     r = subprocess.run(["node", "client.mjs", url, sandbox_id, scope], cwd=sdk_dir, env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, (f"the SDK client failed ({r.returncode}):\n{_tail(r.stderr)}\n"
@@ -149,3 +152,101 @@ def test_official_typescript_sdk_client(daemon, sdk_dir):
     r = daemon.client().get(f"/api/v1/sandboxes/{sandbox_id}")
     assert r.status == 200 and r.body["status"] == "RELEASED", r
     assert r.body["generation"] == generation + 1, r
+
+
+def test_official_sdk_over_stdio_through_the_bridge(daemon, sdk_dir):
+    """`sandloom mcp` as an stdio-only agent runs it: the SDK's
+    StdioClientTransport starts the bridge, which relays every message to
+    the endpoint; the handshake, the schemas and a sandbox's whole life
+    pass through unchanged."""
+    sandbox_id = f"br-{uuid.uuid4().hex[:16]}"
+    out = run_client(daemon, sdk_dir, sandbox_id, "bridge-scope", bridge=True)
+    assert out["serverInfo"]["name"] == "agent-sandbox", out
+    assert set(out["tools"]) == TOOLS | OURS, out["tools"]
+    assert out["profile"]["isError"] is False, out["profile"]
+    assert out["resolve"]["structured"]["sandbox_id"] == sandbox_id, out["resolve"]
+    generation = out["resolve"]["structured"]["generation"]
+    assert out["create"]["structured"]["status"] == "READY", out["create"]
+    assert "sdk-marker-42" in out["exec"]["structured"]["stdout"], out["exec"]
+    assert out["readText"]["structured"]["text"] == "née ✓\n", out["readText"]
+    assert "STALE_SANDBOX_ROUTE" in out["staleExec"]["text"], out["staleExec"]
+    assert out["unknownTool"]["code"] == -32602, out["unknownTool"]
+    assert out["transportErrors"] == [], out["transportErrors"]
+    r = daemon.client().get(f"/api/v1/sandboxes/{sandbox_id}")
+    assert r.status == 200 and r.body["status"] == "RELEASED", r
+    assert r.body["generation"] == generation + 1, r
+
+
+def test_the_bridge_with_a_tenant_key_keeps_to_the_tenant(daemon, sdk_dir):
+    """A tenant's key in the bridge: the agent names its sandbox plainly and
+    sees it so; the service stored it in the tenant's namespace."""
+    c = daemon.client()
+    tid = "br-" + uuid.uuid4().hex[:8]
+    assert c.post("/api/v1/admin/tenants", json={"tenant_id": tid}).status == 201
+    key = c.post(f"/api/v1/admin/tenants/{tid}/keys", json={"name": "desktop"}).body
+    name = f"tb-{uuid.uuid4().hex[:12]}"
+    out = run_client(daemon, sdk_dir, name, "s", token=key["api_key"], bridge=True)
+    assert out["resolve"]["structured"]["sandbox_id"] == name, out["resolve"]
+    assert "sdk-marker-42" in out["exec"]["structured"]["stdout"], out["exec"]
+    assert out["release"]["structured"] == {"sandbox_id": name, "status": "RELEASED"}
+    r = c.get(f"/api/v1/sandboxes/{tid}~{name}/audit")
+    assert r.status == 200, r
+    assert r.body["history"][-1]["released_by"] == f"tenant:{tid}/key:{key['key_id']}", r.body
+    assert c.get(f"/api/v1/sandboxes/{name}").status == 404
+
+
+def test_the_bridge_answers_a_wrong_key_as_a_json_rpc_error(daemon, tmp_path):
+    """Without the SDK: a request line with a wrong key gets one JSON-RPC
+    error naming the service's code, a line that is not JSON a parse error,
+    and stdout holds nothing else."""
+    binary = Path(daemon.binary).parent / "sandloom"
+    lines = ['{"jsonrpc":"2.0","id":1,"method":"ping"}', "not json",
+             '{"jsonrpc":"2.0","method":"notifications/initialized"}']
+    r = subprocess.run([str(binary), "mcp"], input="\n".join(lines) + "\n",
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                            "SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}",
+                            "SANDLOOM_API_KEY": "sl" + "0" * 12 + "_" + "0" * 48,
+                            "HOME": str(tmp_path)})  # no config file
+    assert r.returncode == 0, r.stderr
+    answers = sorted((json.loads(line) for line in r.stdout.splitlines()),
+                     key=lambda a: str(a["id"]))
+    assert len(answers) == 2, r.stdout
+    assert answers[0]["id"] == 1 and answers[0]["error"]["code"] == -32603, answers
+    assert "SANDBOX_UNAUTHORIZED" in answers[0]["error"]["message"], answers
+    assert answers[1] == {"jsonrpc": "2.0", "id": None,
+                          "error": {"code": -32700, "message": "Parse error"}}, answers
+    assert "SANDBOX_UNAUTHORIZED" in r.stderr and "0" * 48 not in r.stderr + r.stdout
+
+
+def test_the_readmes_agent_configuration_starts_a_working_bridge(daemon):
+    """The README's mcpServers snippet, as an agent reads it: its command
+    and args (the CLI on PATH), its env with this daemon's URL and key, and
+    an initialize, tools/list and ping through it."""
+    import re
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    blocks = [json.loads(b) for b in re.findall(r"^```json\n(.*?)^```", readme, re.S | re.M)
+              if "mcpServers" in b]
+    assert len(blocks) == 1, "the README shows one agent configuration"
+    server = blocks[0]["mcpServers"]["sandloom"]
+    assert set(server["env"]) == {"SANDLOOM_URL", "SANDLOOM_API_KEY"}, server
+    env = {"PATH": f"{Path(daemon.binary).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+           "HOME": str(daemon.state), "SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}",
+           "SANDLOOM_API_KEY": daemon.token}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "readme", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "ping"},
+    ]
+    r = subprocess.run([server["command"], *server["args"]], env=env, timeout=60, text=True,
+                       input="".join(json.dumps(m) + "\n" for m in messages),
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    answers = {a["id"]: a for a in map(json.loads, r.stdout.splitlines())}
+    assert set(answers) == {1, 2, 3}, r.stdout
+    assert answers[1]["result"]["protocolVersion"] == "2025-06-18", answers[1]
+    assert {t["name"] for t in answers[2]["result"]["tools"]} == TOOLS | OURS
+    assert answers[3]["result"] == {}, answers[3]

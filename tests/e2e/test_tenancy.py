@@ -289,3 +289,33 @@ def test_the_route_history_names_the_key_that_acted(client, daemon):
     route = client.get(f"{API}/{own}")
     assert route.body["generation_created_by"] == "workspace:ops", route.body
     assert client.delete(f"{API}/{own}").status == 200
+
+
+def test_a_tenant_lists_its_own_sandboxes_and_no_others(client, two):
+    """GET /api/v1/sandboxes: a tenant's own, by the names it gave, filtered
+    and paged like the admin listing; the operator sees every sandbox."""
+    (ta, a), (tb, b) = two
+    mark = uuid.uuid4().hex[:8]
+    mine = sorted(f"ls-{mark}-{i}" for i in range(3))
+    for name in mine:
+        assert a.resolve(name, scope="proj").status == 200
+    assert b.resolve(f"ls-{mark}-b").status == 200
+    r = a.req("GET", f"{API}", params={"search": f"ls-{mark}"})
+    assert r.status == 200, r
+    assert sorted(s["sandbox_id"] for s in r.body["sandboxes"]) == mine, r.body
+    assert r.body["total"] == 3
+    assert {s["workspace_scope_id"] for s in r.body["sandboxes"]} == {"proj"}, r.body
+    # Its own scope names filter; another tenant's names are not there to find.
+    assert a.req("GET", API, params={"workspace_scope_id": "proj", "search": mark}
+                 ).body["total"] == 3
+    assert a.req("GET", API, params={"search": f"ls-{mark}-b"}).body["total"] == 0
+    assert a.req("GET", API, params={"search": f"{tb}~"}).body["total"] == 0
+    # Paged, with the admin listing's bounds.
+    page = a.req("GET", API, params={"search": mark, "limit": 2, "offset": 2})
+    assert page.status == 200 and len(page.body["sandboxes"]) == 1, page
+    assert_error(a.req("GET", API, params={"limit": 201}), 422, "SANDBOX_INVALID_REQUEST")
+    # The other tenant sees its one; the operator all four, by stored id.
+    assert [s["sandbox_id"] for s in b.req("GET", API, params={"search": mark}
+                                           ).body["sandboxes"]] == [f"ls-{mark}-b"]
+    ids = {s["sandbox_id"] for s in client.get(API, params={"search": mark}).body["sandboxes"]}
+    assert ids == {f"{ta}~{n}" for n in mine} | {f"{tb}~ls-{mark}-b"}, ids

@@ -4,12 +4,17 @@
 //   SANDLOOM_MCP_TOKEN=<token> node client.mjs <endpoint-url> <sandbox-id> <workspace-scope>
 //
 // (The token comes through the environment, not argv, so `ps` never shows it.)
+// With SANDLOOM_MCP_BRIDGE=<path of the sandloom CLI> the client speaks
+// stdio instead, through the SDK's StdioClientTransport, to `sandloom mcp`
+// started with SANDLOOM_URL=<endpoint-url's origin> and the token as
+// SANDLOOM_API_KEY: what Claude Desktop and Cursor do with the bridge.
 // Connects (initialize handshake of the SDK's newest revision), lists the
 // tools, resolves + creates a sandbox, runs a command in it, shows a tool
 // error, releases the sandbox, and prints one JSON object on stdout for the
 // test to assert on. Any failure exits 1 with the reason on stderr.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
 const [url, sandboxId, scope] = process.argv.slice(2);
 const token = process.env.SANDLOOM_MCP_TOKEN;
@@ -18,9 +23,18 @@ if (!url || !token || !sandboxId || !scope) {
   process.exit(2);
 }
 
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { Authorization: `Bearer ${token}` } },
-});
+const bridge = process.env.SANDLOOM_MCP_BRIDGE;
+const transport = bridge
+  ? new StdioClientTransport({
+      command: bridge,
+      args: ["mcp"],
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", SANDLOOM_URL: new URL(url).origin,
+             SANDLOOM_API_KEY: token },
+      stderr: "inherit",
+    })
+  : new StreamableHTTPClientTransport(new URL(url), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    });
 const client = new Client({ name: "sandloom-e2e", version: "1.0.0" });
 const out = { transportErrors: [] };
 transport.onerror = (e) => out.transportErrors.push(String(e?.message ?? e));
