@@ -16,6 +16,11 @@
 
 #include "api/router.h"
 
+/* The body field (ours, worker protocol only) that names the tenant a
+ * forwarded template call is for; a public route ignores it, since there
+ * the caller's key says who it is. */
+#define SL_FORWARD_TENANT_FIELD "tenant_id"
+
 struct sl_forward_request {
     const char *method;
     const char *url;       /* endpoint + internal path + query */

@@ -477,6 +477,16 @@ static char *forward_body(const struct conn_state *st, const struct sl_error_own
         json_decref(copy);
         return text;
     }
+    /* A tenant's template call: the owner acts for that tenant (its
+     * templates are private to it), which the operator's token it is sent
+     * with does not say. */
+    if (st->principal.kind == SL_PRINCIPAL_TENANT && strstr(st->route->pattern, "/templates")) {
+        json_t *copy = json_copy((json_t *)st->parsed);
+        json_object_set_new(copy, SL_FORWARD_TENANT_FIELD, json_string(st->principal.tenant_id));
+        char *text = json_dumps(copy, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(copy);
+        return text;
+    }
     return json_dumps(st->parsed, JSON_COMPACT | JSON_ENCODE_ANY);
 }
 
@@ -720,6 +730,7 @@ static void run_handler(void *arg)
         .raw_len = st->route->body ? 0 : st->body.len,
         .http_state = st,
         .principal = &st->principal,
+        .internal = st->route->internal,
     };
     memcpy(req.params, st->params, sizeof(req.params));
     struct sl_response resp = {.status = 500, .content_type = "application/json"};

@@ -31,6 +31,10 @@ struct sl_request {
     /* Who the request acts as (decided before the handler runs; kind NONE
      * on a route without auth). Valid for the handler's duration. */
     const struct sl_principal *principal;
+    /* Arrived through the worker protocol (/internal/v1): a replica
+     * forwards a tenant's request with the operator's token, and says
+     * for which tenant where a handler needs it (a template's owner). */
+    bool internal;
 };
 
 struct sl_response {

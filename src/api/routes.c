@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "api/errors.h"
+#include "api/forward.h"
 #include "api/exec_request.h"
 #include "api/mcp.h"
 #include "api/pages.h"
@@ -592,6 +593,19 @@ static bool template_name_shape(const char *name)
     return true;
 }
 
+/* The tenant a template call is for (its templates are private to it), or
+ * NULL for the operator's (public). */
+static const char *template_owner(const struct sl_request *req)
+{
+    if (req->principal && req->principal->kind == SL_PRINCIPAL_TENANT)
+        return req->principal->tenant_id;
+    /* Forwarded by a replica for a tenant (api/forward.h). */
+    const char *forwarded =
+        req->internal ? json_string_value(json_object_get(req->body, SL_FORWARD_TENANT_FIELD))
+                      : NULL;
+    return forwarded && sl_tenant_id_valid(forwarded) ? forwarded : NULL;
+}
+
 static void h_template_publish(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
@@ -611,8 +625,9 @@ static void h_template_publish(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_template_publish(req->svc, req->params[0], generation, name, source,
-                                              description, labels, &err);
+        json_t *doc = sl_svc_template_publish(req->svc, req->params[0], generation,
+                                              template_owner(req), name, source, description,
+                                              labels, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -648,7 +663,8 @@ static void h_template_attach(struct sl_request *req, struct sl_response *resp)
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_template_attach(req->svc, req->params[0], generation, refs, n, &err);
+        json_t *doc = sl_svc_template_attach(req->svc, req->params[0], generation,
+                                             template_owner(req), refs, n, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -657,14 +673,14 @@ static void h_template_attach(struct sl_request *req, struct sl_response *resp)
 static void h_templates_list(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
-    json_t *doc = sl_svc_templates_list(req->svc, &err);
+    json_t *doc = sl_svc_templates_list(req->svc, template_owner(req), &err);
     respond_result(resp, doc, &err);
 }
 
 static void h_template_unpublish(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
-    json_t *doc = sl_svc_template_unpublish(req->svc, req->params[0], &err);
+    json_t *doc = sl_svc_template_unpublish(req->svc, template_owner(req), req->params[0], &err);
     respond_result(resp, doc, &err);
 }
 
@@ -1164,10 +1180,10 @@ const struct sl_route_def sl_routes[] = {
      NULL, "ResumeResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
      "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
-     "TemplateResponse", NULL, 0, false, false, false, false},
+     "TemplateResponse", NULL, 0, false, false, true, false},
     {"PUT", SBX "/templates", h_template_attach, true, true, "attachTemplates",
      "Replace the sandbox's attached templates", "TemplateAttachRequest", "TemplateAttachResponse",
-     NULL, 0, false, false, false, false},
+     NULL, 0, false, false, true, false},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
      "AuditResponse", NULL, 0, false, false, true, false},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
@@ -1177,10 +1193,10 @@ const struct sl_route_def sl_routes[] = {
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, true, false},
     {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",
-     "The template catalog", NULL, "TemplateList", NULL, 0, false, false, false, false},
+     "The template catalog", NULL, "TemplateList", NULL, 0, false, false, true, false},
     {"DELETE", "/api/v1/templates/{name}", h_template_unpublish, true, false,
      "unpublishTemplate", "Remove a template from the catalog", NULL, "TemplateRemoveResponse",
-     NULL, 0, false, false, false, false},
+     NULL, 0, false, false, true, false},
     {"POST", "/api/v1/admin/tenants", h_tenant_create, true, true, "adminCreateTenant",
      "Create a tenant", "TenantCreateRequest", "Tenant", NULL, 0, false, false, false, true},
     {"GET", "/api/v1/admin/tenants", h_tenants_list, true, false, "adminListTenants",

@@ -91,16 +91,26 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
                        struct sl_error *err);
 json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
-/* Templates (API.md §3.13, §6). labels may be NULL ({}). */
+/* Templates (API.md §3.13, §6). labels may be NULL ({}).
+ *
+ * `owner` is the tenant a call is for, NULL for the operator (the internal
+ * token). The operator's templates are public: every tenant lists and
+ * attaches them. A tenant's are private to it: stored as
+ * "<tenant_id>~<name>" (templates/catalog.h), listed, attached and
+ * unpublished by that tenant alone, by its plain name; attaching a name
+ * takes the tenant's own template first, then a public one. Answers to a
+ * tenant name its templates plainly and hold no host path (local_path);
+ * every listing says each template's "visibility" (ours, additive). */
 json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
-                                int64_t generation, const char *name, const char *source_path,
-                                const char *description, const json_t *labels,
-                                struct sl_error *err);
+                                int64_t generation, const char *owner, const char *name,
+                                const char *source_path, const char *description,
+                                const json_t *labels, struct sl_error *err);
 json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
-                               int64_t generation, const char *const *refs, size_t nrefs,
-                               struct sl_error *err);
-json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err);
-json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, struct sl_error *err);
+                               int64_t generation, const char *owner, const char *const *refs,
+                               size_t nrefs, struct sl_error *err);
+json_t *sl_svc_templates_list(struct sl_service *svc, const char *owner, struct sl_error *err);
+json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *owner, const char *name,
+                                  struct sl_error *err);
 
 /* Exec (API.md §3.9, §4). */
 struct sl_exec_request {

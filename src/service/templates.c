@@ -35,6 +35,57 @@ static void archive_key(const char *name, const char *digest, char *out, size_t 
     snprintf(out, size, "templates/%s/sha256-%s.tar.gz", name, digest + 7);
 }
 
+/* The stored name of `owner`'s template `name` (the plain name itself for
+ * the operator's, which are public). */
+static int stored_name(const char *owner, const char *name, char out[SL_TPL_STORED_NAME_MAX + 1],
+                       struct sl_error *err)
+{
+    if (sl_tpl_name_check(name, err) < 0)
+        return -1;
+    int n = owner ? snprintf(out, SL_TPL_STORED_NAME_MAX + 1, "%s%c%s", owner, SL_TPL_OWNER_SEP,
+                             name)
+                  : snprintf(out, SL_TPL_STORED_NAME_MAX + 1, "%s", name);
+    if (n < 0 || n > SL_TPL_STORED_NAME_MAX)
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "invalid template name");
+    return 0;
+}
+
+static bool is_private(const char *stored)
+{
+    return strchr(stored, SL_TPL_OWNER_SEP) != NULL;
+}
+
+/* Whether `owner` may see the stored template: a public one always, a
+ * private one only its tenant's (the operator sees every one). */
+static bool visible_to(const char *owner, const char *stored)
+{
+    if (!owner || !is_private(stored))
+        return true;
+    size_t n = strlen(owner);
+    return strncmp(stored, owner, n) == 0 && stored[n] == SL_TPL_OWNER_SEP;
+}
+
+/* A record as `owner` is shown it: its "visibility" (and for the operator
+ * the tenant a private one belongs to); a tenant sees its plain names and
+ * no host path. A new object. */
+static json_t *record_view(const json_t *rec, const char *owner)
+{
+    json_t *view = json_deep_copy(rec);
+    const char *stored = json_string_value(json_object_get(rec, "name"));
+    if (!view || !stored)
+        return view;
+    bool priv = is_private(stored);
+    json_object_set_new(view, "visibility", json_string(priv ? "private" : "public"));
+    if (owner) {
+        json_object_set_new(view, "name", json_string(sl_tpl_plain_name(stored)));
+        json_object_del(view, "local_path");
+    } else if (priv) {
+        json_object_set_new(view, "tenant_id", json_stringn(stored, (size_t)(strchr(stored,
+                                                            SL_TPL_OWNER_SEP) - stored)));
+    }
+    return view;
+}
+
 /* The shared catalog object from the store; {} when none was published. */
 static json_t *store_catalog(struct sl_service *svc, struct sl_error *err)
 {
@@ -190,12 +241,14 @@ static int publish_edit(json_t *catalog, void *arg, struct sl_error *err)
 }
 
 json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
-                                int64_t generation, const char *name, const char *source_path,
-                                const char *description, const json_t *labels,
-                                struct sl_error *err)
+                                int64_t generation, const char *owner, const char *plain,
+                                const char *source_path, const char *description,
+                                const json_t *labels, struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
-    if (sl_tpl_name_check(name, err) < 0 || svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+    char name[SL_TPL_STORED_NAME_MAX + 1];
+    if (stored_name(owner, plain, name, err) < 0 ||
+        svc_owner_fence(svc, sandbox_id, generation, err) < 0)
         return NULL;
     char rel[4200];
     if (source_relpath(source_path, rel, sizeof(rel), err) < 0)
@@ -252,7 +305,7 @@ json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
             return NULL;
     }
     char target[80];
-    snprintf(target, sizeof(target), "/envs/%s", name);
+    snprintf(target, sizeof(target), "/envs/%s", plain);
     json_t *record = json_pack("{s:s,s:s,s:I,s:s,s:f,s:s,s:s,s:O}", "name", name, "digest",
                                info.digest, "size_bytes", (json_int_t)info.size_bytes,
                                "mount_target", target, "created_at", (double)sl_now_us() / 1e6,
@@ -269,14 +322,16 @@ json_t *sl_svc_template_publish(struct sl_service *svc, const char *sandbox_id,
     }
     sl_info("template %s published from %s: %s (%lld bytes)", name, sandbox_id, info.digest,
             (long long)info.size_bytes);
-    return record;
+    json_t *view = record_view(record, owner);
+    json_decref(record);
+    return view;
 }
 
 /* ---- attach ---------------------------------------------------------------- */
 
 json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
-                               int64_t generation, const char *const *refs, size_t nrefs,
-                               struct sl_error *err)
+                               int64_t generation, const char *owner, const char *const *refs,
+                               size_t nrefs, struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
     if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
@@ -315,7 +370,16 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
         return NULL;
     json_t *attached = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_t *entry = json_object_get(catalog, names[i]);
+        /* A tenant's own template of that name first, then a public one;
+         * another tenant's is not there to find. */
+        char own[SL_TPL_STORED_NAME_MAX + 1];
+        const char *key = names[i];
+        json_t *entry = NULL;
+        if (owner && stored_name(owner, names[i], own, err) == 0 &&
+            json_is_object(entry = json_object_get(catalog, own)))
+            key = own;
+        else
+            entry = json_object_get(catalog, names[i]);
         if (!json_is_object(entry)) {
             json_decref(attached);
             sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "template '%s' is not in the catalog",
@@ -324,11 +388,13 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
         }
         /* A pin resolves to the pinned digest with the entry's other
          * metadata (§6.1). */
+        /* The catalog's key is the name it is stored and cached under. */
         json_t *rec = json_deep_copy(entry);
+        json_object_set_new(rec, "name", json_string(key));
         if (digests[i][0])
             json_object_set_new(rec, "digest", json_string(digests[i]));
         char tree[PATH_MAX];
-        if (materialize(svc, names[i], json_string_value(json_object_get(rec, "digest")), tree,
+        if (materialize(svc, key, json_string_value(json_object_get(rec, "digest")), tree,
                         err) < 0) {
             json_decref(rec);
             json_decref(attached);
@@ -355,7 +421,13 @@ json_t *sl_svc_template_attach(struct sl_service *svc, const char *sandbox_id,
         sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
         return NULL;
     }
-    return json_pack("{s:s,s:o}", "status", "ATTACHED", "templates", attached);
+    json_t *views = json_array();
+    size_t k;
+    json_t *rec;
+    json_array_foreach(attached, k, rec)
+        json_array_append_new(views, record_view(rec, owner));
+    json_decref(attached);
+    return json_pack("{s:s,s:o}", "status", "ATTACHED", "templates", views);
 }
 
 int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
@@ -385,7 +457,7 @@ int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
             if (materialize(svc, name, digest, tree, err) < 0)
                 return -1;
         }
-        (*mounts)[*n].name = name;
+        (*mounts)[*n].name = sl_tpl_plain_name(name); /* /envs/<name>, whoever owns it */
         (*mounts)[*n].host_path = path;
         (*n)++;
     }
@@ -399,7 +471,7 @@ static int cmp_key(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err)
+json_t *sl_svc_templates_list(struct sl_service *svc, const char *owner, struct sl_error *err)
 {
     _cleanup_json_ json_t *catalog = catalog_load(svc, err);
     if (!catalog)
@@ -414,11 +486,12 @@ json_t *sl_svc_templates_list(struct sl_service *svc, struct sl_error *err)
     size_t i = 0;
     const char *k;
     json_t *v;
-    json_object_foreach(catalog, k, v) keys[i++] = k;
+    json_object_foreach(catalog, k, v) if (visible_to(owner, k)) keys[i++] = k;
+    n = i;
     qsort(keys, n, sizeof(*keys), cmp_key);
     json_t *list = json_array();
     for (i = 0; i < n; i++)
-        json_array_append(list, json_object_get(catalog, keys[i]));
+        json_array_append_new(list, record_view(json_object_get(catalog, keys[i]), owner));
     free(keys);
     return json_pack("{s:o}", "templates", list);
 }
@@ -438,9 +511,18 @@ static int remove_edit(json_t *catalog, void *arg, struct sl_error *err)
 
 static bool tree_pinned(const char *tree_path, void *arg);
 
-json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, struct sl_error *err)
+json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *owner, const char *shown,
+                                  struct sl_error *err)
 {
-    if (sl_tpl_name_check(name, err) < 0 || sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
+    /* A tenant unpublishes its own by plain name (a public one of that
+     * name is not its to remove); the operator any, by stored name. */
+    char name[SL_TPL_STORED_NAME_MAX + 1];
+    if (owner ? stored_name(owner, shown, name, err) < 0
+              : sl_tpl_stored_name_check(shown, err) < 0)
+        return NULL;
+    if (!owner)
+        snprintf(name, sizeof(name), "%s", shown);
+    if (sl_tpl_root_prepare(svc->cfg->template_root, err) < 0)
         return NULL;
     struct remove_edit e = {.name = name};
     if (catalog_update(svc, remove_edit, &e, err) < 0)
@@ -451,7 +533,7 @@ json_t *sl_svc_template_unpublish(struct sl_service *svc, const char *name, stru
     int removed = sl_tpl_remove_name(svc->cfg->template_root, name, tree_pinned, svc, &ignored);
     if (removed > 0)
         sl_info("template %s unpublished: %d local trees and archives removed", name, removed);
-    return json_pack("{s:s,s:s}", "status", e.removed ? "REMOVED" : "NOT_FOUND", "name", name);
+    return json_pack("{s:s,s:s}", "status", e.removed ? "REMOVED" : "NOT_FOUND", "name", shown);
 }
 
 int64_t svc_template_total(struct sl_service *svc)

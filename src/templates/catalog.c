@@ -33,6 +33,29 @@ int sl_tpl_name_check(const char *name, struct sl_error *err)
                         name);
 }
 
+int sl_tpl_stored_name_check(const char *stored, struct sl_error *err)
+{
+    const char *sep = strchr(stored, SL_TPL_OWNER_SEP);
+    if (!sep)
+        return sl_tpl_name_check(stored, err);
+    size_t owner = (size_t)(sep - stored);
+    bool ok = owner >= 1 && owner <= SL_TPL_OWNER_MAX;
+    for (size_t i = 0; ok && i < owner; i++) {
+        unsigned char c = (unsigned char)stored[i];
+        ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    }
+    if (!ok)
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "invalid template owner in '%.80s'",
+                            stored);
+    return sl_tpl_name_check(sep + 1, err);
+}
+
+const char *sl_tpl_plain_name(const char *stored)
+{
+    const char *sep = strchr(stored, SL_TPL_OWNER_SEP);
+    return sep ? sep + 1 : stored;
+}
+
 static bool digest_valid(const char *d)
 {
     if (strncmp(d, "sha256:", 7) != 0 || strlen(d) != 7 + 64)
@@ -317,7 +340,7 @@ int sl_tpl_remove_name(const char *root, const char *name,
                        bool (*pinned)(const char *tree_path, void *arg), void *arg,
                        struct sl_error *err)
 {
-    if (sl_tpl_name_check(name, err) < 0)
+    if (sl_tpl_stored_name_check(name, err) < 0)
         return -1;
     struct remove_name_ctx c = {.pinned = pinned, .arg = arg};
     (void)for_each_tree(root, name, remove_name_visit, &c, err);

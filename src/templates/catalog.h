@@ -28,6 +28,18 @@
  * sentence otherwise. */
 int sl_tpl_name_check(const char *name, struct sl_error *err);
 
+/* A template as the catalog and the cache store it: its name for a public
+ * one (published with the internal token), "<tenant_id>~<name>" for a
+ * tenant's private one (tenant ids are [a-z0-9-], 1-32). Both name the
+ * catalog key, the cache directory and the archive; a sandbox mounts it at
+ * /envs/<name> either way (sl_tpl_plain_name). */
+#define SL_TPL_OWNER_MAX 32
+#define SL_TPL_OWNER_SEP '~'
+#define SL_TPL_STORED_NAME_MAX (SL_TPL_OWNER_MAX + 1 + SL_TPL_NAME_MAX)
+int sl_tpl_stored_name_check(const char *stored, struct sl_error *err);
+/* The name a stored name mounts as: what follows the owner, if any. */
+const char *sl_tpl_plain_name(const char *stored);
+
 /* "name" or "name@sha256:<64 lowercase hex>", whitespace around trimmed.
  * digest is "" when not pinned. */
 int sl_tpl_ref_parse(const char *ref, char name[SL_TPL_NAME_MAX + 1],

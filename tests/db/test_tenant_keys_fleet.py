@@ -71,3 +71,44 @@ def test_a_tenant_is_served_through_a_replica_that_is_not_the_owner(daemon_facto
     assert r.status == 200 and r.body["sandbox_id"] == name, r
     assert f"forwarded to {owner.worker_id}" in other.stderr()
     assert co.delete(path, token=key).status == 200
+
+
+def test_a_tenants_template_published_through_another_replica_stays_private(daemon_factory):
+    """A publish through a replica that is not the owner is forwarded with
+    the operator's token: the owner must still make the template the
+    tenant's, never a public one."""
+    import uuid
+    ds = fleet(daemon_factory)
+    ca = ds[0].client()
+    tid = "fleet-tp-" + uuid.uuid4().hex[:6]
+    assert ca.post(ADMIN, json={"tenant_id": tid}).status == 201
+    key = ca.post(f"{ADMIN}/{tid}/keys", json={"name": "tp"}).body["api_key"]
+    name = "tp-" + uuid.uuid4().hex[:8]
+    r = ca.post("/api/v1/sandboxes/resolve", json={"sandbox_id": name, "workspace_scope_id": "s"},
+                token=key)
+    assert r.status == 200, r
+    gen, owner_id = r.body["generation"], r.body["worker_id"]
+    owner = next(d for d in ds if d.worker_id == owner_id)
+    other = next(d for d in ds if d.worker_id != owner_id)
+    co = other.client()
+    path = f"/api/v1/sandboxes/{name}"
+    assert co.post(path, json={"generation": gen}, token=key).status == 200
+    r = co.post(f"{path}/exec", json={"exec_id": "tp-1", "generation": gen,
+                                      "argv": ["sh", "-c", "mkdir -p /envs/t && echo x > /envs/t/f"]},
+                token=key)
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = co.post(f"{path}/templates", json={"generation": gen, "name": "mine",
+                                           "source_path": "/envs/t"}, token=key)
+    assert r.status == 200, r
+    assert r.body["name"] == "mine" and r.body["visibility"] == "private", r.body
+    assert f"forwarded to {owner.worker_id}" in other.stderr()
+    # On the owner, where it was made: the tenant's, not public.
+    listed = {t["name"]: t for t in owner.client().get("/api/v1/templates").body["templates"]}
+    assert "mine" not in listed and listed[f"{tid}~mine"]["tenant_id"] == tid, listed
+    mine = {t["name"] for t in owner.client().get("/api/v1/templates", token=key)
+            .body["templates"]}
+    assert "mine" in mine
+    # Attach through the other replica too: the tenant's own is found.
+    r = co.put(f"{path}/templates", json={"generation": gen, "templates": ["mine"]}, token=key)
+    assert r.status == 200 and r.body["templates"][0]["name"] == "mine", r
+    assert co.delete(path, token=key).status == 200

@@ -50,8 +50,10 @@ def test_publish_attach_read_only_and_catalog(client, name):
     r = publish(builder, name, f"/envs/{name}", description="greeter", labels={"team": "x"})
     assert r.status == 200, r
     rec = r.body
+    # The reference's fields, and ours: who may see it.
     assert set(rec) == {"name", "digest", "size_bytes", "mount_target", "created_at",
-                        "description", "source_sandbox_id", "labels"}
+                        "description", "source_sandbox_id", "labels", "visibility"}
+    assert rec["visibility"] == "public"
     assert rec["name"] == name and rec["mount_target"] == f"/envs/{name}"
     assert re.fullmatch(r"sha256:[0-9a-f]{64}", rec["digest"]) and rec["size_bytes"] > 0
     assert rec["source_sandbox_id"] == builder.id and rec["labels"] == {"team": "x"}

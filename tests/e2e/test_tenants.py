@@ -1,9 +1,9 @@
 """Tenants and their API keys (issue 14, item 1): the operator's admin
 routes, a key that acts as its tenant, and every way a key can be wrong
 answering the same 401. A tenant key reaches GET /api/v1/tenant and the
-sandbox routes (test_tenancy.py) and the MCP endpoint (test_mcp_tenants.py);
-everywhere else (admin, templates, fleet views) it is refused (403) before
-anything runs."""
+sandbox routes (test_tenancy.py), the MCP endpoint (test_mcp_tenants.py) and
+the templates (test_tenant_templates.py); everywhere else (admin, fleet
+views, the worker protocol) it is refused (403) before anything runs."""
 
 import json
 import re
@@ -157,10 +157,9 @@ def test_a_tenant_key_is_refused_on_every_other_route_before_it_runs(client, dae
         ("GET", "/api/v1/admin/overview", None),
         ("GET", "/api/v1/admin/sandboxes", None),
         ("GET", "/api/v1/sandboxes/diagnostics/runtime", None),
-        ("GET", "/api/v1/templates", None),
-        ("DELETE", "/api/v1/templates/some-name", None),
-        ("POST", f"{API}/{sid}/templates", {"generation": 1, "name": "t1"}),
-        ("PUT", f"{API}/{sid}/templates", {"generation": 1, "templates": ["t1"]}),
+        ("GET", "/internal/v1/health", None),
+        ("POST", f"/internal/v1/sandboxes/{sid}", {"generation": 1, "sandbox_uid": 1,
+                                                    "profile": "p", "worker_epoch": "e"}),
     ]
     for method, path, body in cases:
         kw = {"json_body": body} if body is not None else {}
