@@ -112,3 +112,33 @@ def test_a_tenants_template_published_through_another_replica_stays_private(daem
     r = co.put(f"{path}/templates", json={"generation": gen, "templates": ["mine"]}, token=key)
     assert r.status == 200 and r.body["templates"][0]["name"] == "mine", r
     assert co.delete(path, token=key).status == 200
+
+
+def test_another_tenants_sandbox_is_refused_before_a_forward(daemon_factory):
+    """Tenant B through the replica that does not own tenant A's sandbox:
+    refused there as a sandbox that does not exist, nothing forwarded."""
+    import uuid
+    ds = fleet(daemon_factory)
+    ca = ds[0].client()
+    keys = {}
+    for t in ("fleet-xa-" + uuid.uuid4().hex[:4], "fleet-xb-" + uuid.uuid4().hex[:4]):
+        assert ca.post(ADMIN, json={"tenant_id": t}).status == 201
+        keys[t] = ca.post(f"{ADMIN}/{t}/keys", json={"name": "x"}).body["api_key"]
+    (ta, ka), (tb, kb) = keys.items()
+    name = "xa-" + uuid.uuid4().hex[:8]
+    r = ca.post("/api/v1/sandboxes/resolve", json={"sandbox_id": name, "workspace_scope_id": "s"},
+                token=ka)
+    assert r.status == 200, r
+    gen, owner_id = r.body["generation"], r.body["worker_id"]
+    other = next(d for d in ds if d.worker_id != owner_id)
+    co = other.client()
+    assert co.post(f"/api/v1/sandboxes/{name}", json={"generation": gen}, token=ka).status == 200
+    before = other.stderr().count("forwarded to")
+    for spelled in (name, f"{ta}~{name}"):
+        path = f"/api/v1/sandboxes/{spelled}"
+        r = co.post(f"{path}/exec", json={"exec_id": "xb-1", "generation": gen,
+                                          "argv": ["touch", "/workspace/pwned"]}, token=kb)
+        assert r.status in (404, 409), r
+        assert_error(co.get(path, token=kb), 404, "SANDBOX_NOT_FOUND")
+    assert other.stderr().count("forwarded to") == before, "a refused request was forwarded"
+    assert ca.get("/api/v1/admin/execs", params={"sandbox_id": f"{ta}~{name}"}).body["total"] == 0
