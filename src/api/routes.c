@@ -48,7 +48,15 @@ static void respond_error(struct sl_response *resp, const struct sl_error *err)
         resp->forward = true;
         resp->owner = err->owner;
     }
-    resp->body = sl_api_error_body(err->code, message, NULL);
+    if (err->limit) {
+        /* A limit refused: which one, and its value (ours, additive). */
+        _cleanup_json_ json_t *body =
+            json_pack("{s:{s:s,s:s,s:s,s:I}}", "detail", "code", err->code, "message", message,
+                      "limit", err->limit, "value", (json_int_t)err->limit_value);
+        resp->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    } else {
+        resp->body = sl_api_error_body(err->code, message, NULL);
+    }
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
 
@@ -59,20 +67,6 @@ static void respond_invalid(struct sl_response *resp, const struct sl_validation
     char message[320];
     sl_v_message(v, message, sizeof(message));
     resp->body = sl_api_error_body(SL_E_INVALID_REQUEST, message, v->errors);
-    resp->len = resp->body ? strlen(resp->body) : 0;
-}
-
-/* 429 TENANT_QUOTA_EXCEEDED, naming the limit and its value beside the
- * code and message (ours, additive to the one error shape). */
-static void respond_quota(struct sl_response *resp, const struct sl_error *err,
-                          enum sl_tenant_limit limit, int64_t value)
-{
-    _cleanup_json_ json_t *body =
-        json_pack("{s:{s:s,s:s,s:s,s:I}}", "detail", "code", err->code, "message", err->message,
-                  "limit", sl_tenant_limit_name(limit), "value", (json_int_t)value);
-    resp->status = 429;
-    resp->content_type = "application/json";
-    resp->body = body ? json_dumps(body, JSON_COMPACT) : NULL;
     resp->len = resp->body ? strlen(resp->body) : 0;
 }
 
@@ -87,10 +81,7 @@ static bool quota_admits(struct sl_request *req, struct sl_response *resp,
     int64_t value = -1;
     if (sl_svc_quota_enter(req->svc, req->principal, limit, sandbox_id, held, &value, &err) == 0)
         return true;
-    if (sl_error_is(&err, SL_E_TENANT_QUOTA_EXCEEDED))
-        respond_quota(resp, &err, limit, value);
-    else
-        respond_error(resp, &err);
+    respond_error(resp, &err); /* 429 names the limit and its value */
     return false;
 }
 
@@ -839,6 +830,11 @@ static const json_t *v_quotas(struct sl_validation *v, const json_t *body, bool 
                                 "sandbox_pids, sandbox_cpu_millis)");
         else if (!json_is_null(value) && (!json_is_integer(value) || json_integer_value(value) < 0))
             sl_v_fail(v, field, "must be a non-negative integer, or null for no limit");
+        /* A ceiling is what one sandbox's cgroup gets: 0 would leave it
+         * nothing to run with (null means none). */
+        else if (strncmp(name, "sandbox_", 8) == 0 && json_is_integer(value) &&
+                 json_integer_value(value) < 1)
+            sl_v_fail(v, field, "must be at least 1 (a per-sandbox ceiling), or null for none");
     }
     return q;
 }

@@ -14,6 +14,17 @@ static int error_vset(struct sl_error *err, const char *code, int errnum, const 
     err->errnum = errnum;
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     err->detail[0] = '\0';
+    err->limit = NULL;
+    err->limit_value = 0;
+    return -1;
+}
+
+int sl_error_limit(struct sl_error *err, const char *limit, int64_t value)
+{
+    if (err) {
+        err->limit = limit;
+        err->limit_value = value;
+    }
     return -1;
 }
 

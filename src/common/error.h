@@ -74,7 +74,16 @@ struct sl_error {
     char message[256];
     char detail[768];
     struct sl_error_owner owner; /* filled with SL_E_OWNED_ELSEWHERE only */
+    /* The limit that refused, named in the answer beside the code (ours,
+     * additive: "limit" and "value"); NULL for any other error. A static
+     * string. */
+    const char *limit;
+    int64_t limit_value;
 };
+
+/* Name the limit (and its value) that refused: set after sl_error_set,
+ * which clears it. Returns -1. */
+int sl_error_limit(struct sl_error *err, const char *limit, int64_t value);
 
 /* Set code/errnum and a client-safe message (printf format). Returns -1 so
  * callers can write `return sl_error_set(err, ...);`. err may be NULL. */

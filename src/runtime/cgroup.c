@@ -420,21 +420,43 @@ static bool has_dir(const struct sl_cgroups *cg, int c)
     return cg->version == SL_CGROUP_V2 ? c == 0 : cg->enforced[c];
 }
 
-static int set_limit(const struct sl_cgroups *cg, int c, const char *dir, struct sl_error *err)
+static int64_t lower(int64_t base, int64_t cap)
+{
+    return cap > 0 && cap < base ? cap : base;
+}
+
+static int set_limit(const struct sl_cgroups *cg, int c, const char *dir,
+                     const struct sl_cgroup_limits *cap, struct sl_error *err)
 {
     char path[PATH_MAX], value[64];
-    const struct sl_cgroup_limits *l = &cg->limits;
+    struct sl_cgroup_limits capped = cg->limits;
+    if (cap) {
+        capped.memory_bytes = lower(capped.memory_bytes, cap->memory_bytes);
+        capped.pids = lower(capped.pids, cap->pids);
+        if (cap->cpus > 0 && cap->cpus < capped.cpus)
+            capped.cpus = cap->cpus;
+    }
+    const struct sl_cgroup_limits *l = &capped;
     bool v2 = cg->version == SL_CGROUP_V2;
     switch (c) {
-    case CTL_MEMORY:
+    case CTL_MEMORY: {
         cg_fmt(value, sizeof(value), "%lld", (long long)l->memory_bytes);
-        if (dir_file(path, dir, v2 ? "memory.max" : "memory.limit_in_bytes") < 0 ||
-            write_file(path, value) < 0)
+        char swap[PATH_MAX];
+        bool has_swap =
+            dir_file(swap, dir, v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes") == 0;
+        if (dir_file(path, dir, v2 ? "memory.max" : "memory.limit_in_bytes") < 0)
+            return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox memory quota");
+        /* v1 keeps memsw >= memory: raising a limit an earlier entry set
+         * lower (a ceiling lifted, a larger SANDBOX_MEMORY_LIMIT_BYTES)
+         * takes memsw first, lowering takes memory first. */
+        if (write_file(path, value) < 0 &&
+            (v2 || !has_swap || write_file(swap, value) < 0 || write_file(path, value) < 0))
             return sl_error_errno(err, SL_E_RUNTIME, "cannot set the sandbox memory quota");
         /* No swap beyond the quota, so the limit means what it says. */
-        if (dir_file(path, dir, v2 ? "memory.swap.max" : "memory.memsw.limit_in_bytes") == 0)
-            write_file(path, v2 ? "0" : value); /* absent without swap accounting */
+        if (has_swap)
+            write_file(swap, v2 ? "0" : value); /* absent without swap accounting */
         return 0;
+    }
     case CTL_PIDS:
         cg_fmt(value, sizeof(value), "%lld", (long long)l->pids);
         if (dir_file(path, dir, "pids.max") < 0 || write_file(path, value) < 0)
@@ -461,8 +483,8 @@ static int set_limit(const struct sl_cgroups *cg, int c, const char *dir, struct
     }
 }
 
-int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_FDS],
-                        struct sl_error *err)
+int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, const struct sl_cgroup_limits *cap,
+                        int fds[SL_CGROUP_MAX_FDS], struct sl_error *err)
 {
     bool v2 = cg->version == SL_CGROUP_V2;
     int n = 0;
@@ -485,7 +507,7 @@ int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_
             goto fail;
         }
         for (int k = 0; k < CTL_COUNT; k++)
-            if (cg->enforced[k] && (v2 || k == c) && set_limit(cg, k, dir, err) < 0) {
+            if (cg->enforced[k] && (v2 || k == c) && set_limit(cg, k, dir, cap, err) < 0) {
                 if (made)
                     rmdir(dir);
                 goto fail;

@@ -60,8 +60,10 @@ const char *sl_cgroups_why(const struct sl_cgroups *cg);
  * into each before it lets the child go. Returns the number of descriptors
  * (v2: 1; v1: one per enforced quota; NONE: 0), -1 on error. Caller closes
  * them. */
-int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, int fds[SL_CGROUP_MAX_FDS],
-                        struct sl_error *err);
+/* `cap` (may be NULL; a 0 field is none) lowers the limits for this
+ * sandbox: each enforced quota is the smaller of the open's and cap's. */
+int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, const struct sl_cgroup_limits *cap,
+                        int fds[SL_CGROUP_MAX_FDS], struct sl_error *err);
 
 /* OOM kills recorded in the sandbox's memory cgroup so far (-1: unknown). */
 int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid);

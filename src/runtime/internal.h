@@ -156,8 +156,9 @@ int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
 /* Spawn sandloom-init with `init_argv` into the runtime's namespaces and the
  * uid's cgroup (session_fd: see sl_spawn_request). */
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
-             const struct sl_rt_mount *mounts, size_t nmounts, int64_t deadline_us,
-             int session_fd, struct sl_spawn_proc *proc, struct sl_error *err);
+             const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
+             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
+             struct sl_error *err);
 
 /* Send x's request to the uid's warm session (started if needed); on
  * success x holds the session, its pipes and status socket, and with

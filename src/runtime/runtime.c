@@ -57,8 +57,9 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
  * cgroups before it runs, with the template trees of `mounts`. */
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
                         char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
-                        size_t nmounts, int64_t deadline_us, int session_fd, int exec_cg_fd,
-                        struct sl_spawn_proc *proc, struct sl_error *err)
+                        size_t nmounts, const struct sl_rt_caps *caps, int64_t deadline_us,
+                        int session_fd, int exec_cg_fd, struct sl_spawn_proc *proc,
+                        struct sl_error *err)
 {
     static char *const no_env[] = {NULL};
     /* Everything the child reads is prepared here: it may not allocate. */
@@ -90,7 +91,10 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
         .nmounts = nmounts,
     };
     int cgfds[SL_CGROUP_MAX_FDS + 1];
-    int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, uid, cgfds, err) : 0;
+    const struct sl_cgroup_limits cap = {.memory_bytes = caps ? caps->memory_bytes : 0,
+                                         .pids = caps ? caps->pids : 0,
+                                         .cpus = caps ? caps->cpus : 0};
+    int ncg = rt->cgroups ? sl_cgroup_enter_fds(rt->cgroups, uid, &cap, cgfds, err) : 0;
     if (ncg < 0)
         return -1;
     sreq.cgroup_fds = cgfds;
@@ -106,11 +110,12 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
 }
 
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
-             const struct sl_rt_mount *mounts, size_t nmounts, int64_t deadline_us,
-             int session_fd, struct sl_spawn_proc *proc, struct sl_error *err)
+             const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
+             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
+             struct sl_error *err)
 {
-    return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, deadline_us, session_fd,
-                        -1, proc, err);
+    return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, caps, deadline_us,
+                        session_fd, -1, proc, err);
 }
 
 /* One-shot: the launcher is sandloom-init itself, built for this one
@@ -134,7 +139,7 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
     if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
-                     req->nmounts, x->deadline_us, -1, x->cg_procs_fd, &x->proc,
+                     req->nmounts, &req->caps, x->deadline_us, -1, x->cg_procs_fd, &x->proc,
                      &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the

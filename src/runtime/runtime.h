@@ -83,6 +83,14 @@ struct sl_rt_exec_request {
      * from) its live mount namespace, so its background processes live on. */
     const struct sl_rt_mount *mounts;
     size_t nmounts;
+    /* Ceilings below the runtime's per-sandbox limits (0: none): the
+     * sandbox's cgroup gets the smaller of each, for a quota the runtime
+     * enforces (a ceiling cannot add one it does not). Written when the
+     * sandbox's session (or one-shot launcher) enters its cgroup. */
+    struct sl_rt_caps {
+        int64_t memory_bytes, pids;
+        double cpus;
+    } caps;
 };
 
 struct sl_rt_exec_result {

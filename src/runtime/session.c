@@ -82,7 +82,7 @@ static bool session_alive(const struct rt_session *s)
 
 static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
                                         const struct sl_rt_mount *mounts, size_t nmounts,
-                                        struct sl_error *err)
+                                        const struct sl_rt_caps *caps, struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -111,7 +111,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts,
+    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts, caps,
                       sl_mono_us() + SESSION_START_TIMEOUT_US, sv[1], &proc, err);
     close(sv[1]);
     if (rc < 0) {
@@ -132,7 +132,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
  * active taken. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
                                       const struct sl_rt_mount *mounts, size_t nmounts,
-                                      struct sl_error *err)
+                                      const struct sl_rt_caps *caps, struct sl_error *err)
 {
     pthread_mutex_lock(&rt->sessions_lock);
     for (size_t i = 0; i < rt->n_sessions; i++) {
@@ -156,7 +156,7 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     }
     /* Start under the lock: two first executions of one sandbox must not
      * start two sessions. Starting is one sandbox build (milliseconds). */
-    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, err);
+    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, err);
     if (s) {
         if (rt->n_sessions == rt->cap_sessions) {
             size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;
@@ -329,7 +329,8 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
      * is replaced once. */
     for (int attempt = 0; attempt < 2; attempt++) {
         struct rt_session *s =
-            session_get(rt, req->sandbox_root, req->uid, req->mounts, req->nmounts, err);
+            session_get(rt, req->sandbox_root, req->uid, req->mounts, req->nmounts, &req->caps,
+                        err);
         if (!s)
             return -1;
         /* Templates attached or detached since the session started: its

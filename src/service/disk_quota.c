@@ -4,6 +4,7 @@
  * file API then refuses their writes (507 SANDBOX_DISK_FULL). Commands are
  * not stopped: /healthz says so (resource_control.sandbox_disk_quota is
  * false unless btrfs qgroups enforce the bytes). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "common/cleanup.h"
 #include "common/log.h"
 #include "service/internal.h"
+#include "service/tenants.h"
 
 /* The ids of the live sandboxes, copied so the walk runs without the lock. */
 static char **live_ids(struct sl_service *svc, size_t *n)
@@ -37,8 +39,83 @@ static void mark(struct sl_service *svc, const char *sandbox_id, bool over)
     pthread_mutex_unlock(&svc->live_lock);
 }
 
+/* The most entries one sandbox's tree is counted to for its tenant's
+ * workspace_bytes when no inode quota bounds the walk. */
+#define TENANT_COUNT_MAX_INODES 1000000
+
+/* A tenant's workspace_bytes is its sandboxes' trees on this worker, live
+ * or suspended: every directory of the workspace root named
+ * "<tenant_id>~…" of a tenant with that limit is counted, and the sums
+ * replace the last cycle's. */
+static void tenant_disk_cycle(struct sl_service *svc)
+{
+    if (!svc->store->tenancy)
+        return;
+    _cleanup_close_ int root = open(svc->cfg->workspace_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = root >= 0 ? fdopendir(dup(root)) : NULL;
+    if (!d)
+        return;
+    struct svc_tenant_disk sums[SVC_TENANT_LIMITS_SLOTS];
+    size_t n = 0;
+    int64_t inode_cap = svc->quota.inodes > 0 ? svc->quota.inodes : TENANT_COUNT_MAX_INODES;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int64_t quota[SL_LIMIT_COUNT];
+        char tid[33];
+        struct sl_error err = {0};
+        if (e->d_name[0] == '.' || !strchr(e->d_name, SL_TENANT_SEP) ||
+            svc_tenant_limits(svc, e->d_name, quota, tid, &err) != 1 ||
+            quota[SL_LIMIT_WORKSPACE_BYTES] < 0)
+            continue;
+        int dir = openat(root, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int64_t bytes = 0, inodes = 0;
+        if (dir < 0)
+            continue;
+        (void)ws_quota_usage(dir, inode_cap, &bytes, &inodes);
+        close(dir);
+        size_t i = 0;
+        while (i < n && strcmp(sums[i].tenant_id, tid) != 0)
+            i++;
+        if (i == n) {
+            if (n == SVC_TENANT_LIMITS_SLOTS)
+                continue; /* more limited tenants on one worker than counted */
+            snprintf(sums[n].tenant_id, sizeof(sums[n].tenant_id), "%s", tid);
+            sums[n++].bytes = 0;
+        }
+        sums[i].bytes += bytes;
+    }
+    closedir(d);
+    pthread_mutex_lock(&svc->limits_lock);
+    memcpy(svc->tenant_disk, sums, n * sizeof(sums[0]));
+    svc->tenant_disk_n = n;
+    pthread_mutex_unlock(&svc->limits_lock);
+}
+
+int svc_tenant_disk_check(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    int64_t quota[SL_LIMIT_COUNT];
+    char tid[33];
+    int r = svc_tenant_limits(svc, sandbox_id, quota, tid, err);
+    if (r <= 0 || quota[SL_LIMIT_WORKSPACE_BYTES] < 0)
+        return r < 0 ? -1 : 0;
+    int64_t used = 0;
+    pthread_mutex_lock(&svc->limits_lock);
+    for (size_t i = 0; i < svc->tenant_disk_n; i++)
+        if (strcmp(svc->tenant_disk[i].tenant_id, tid) == 0)
+            used = svc->tenant_disk[i].bytes;
+    pthread_mutex_unlock(&svc->limits_lock);
+    if (used < quota[SL_LIMIT_WORKSPACE_BYTES])
+        return 0;
+    sl_error_set(err, SL_E_TENANT_QUOTA_EXCEEDED, 0,
+                 "the tenant's quota of %lld workspace_bytes is used up (%lld counted): delete "
+                 "files or release sandboxes",
+                 (long long)quota[SL_LIMIT_WORKSPACE_BYTES], (long long)used);
+    return sl_error_limit(err, "workspace_bytes", quota[SL_LIMIT_WORKSPACE_BYTES]);
+}
+
 void svc_disk_quota_cycle(struct sl_service *svc)
 {
+    tenant_disk_cycle(svc);
     const struct ws_quota *q = &svc->quota;
     /* Bytes under a qgroup are the filesystem's business; inodes never are. */
     int64_t bytes_cap = q->qgroups ? 0 : q->bytes;
@@ -80,5 +157,5 @@ int svc_disk_quota_check(struct sl_service *svc, const char *sandbox_id, struct 
     pthread_mutex_unlock(&svc->live_lock);
     if (over)
         return sl_error_set(err, SL_E_DISK_FULL, EDQUOT, "the sandbox's disk quota is exceeded");
-    return 0;
+    return svc_tenant_disk_check(svc, sandbox_id, err);
 }

@@ -418,6 +418,23 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
     }
     rreq.mounts = mounts;
     rreq.nmounts = nmounts;
+    /* A tenant's per-sandbox ceilings lower this worker's limits for its
+     * sandboxes (from their session's start on). A store that cannot say
+     * fails the command rather than run it without them. */
+    int64_t tq[SL_LIMIT_COUNT];
+    if (svc_tenant_limits(svc, x->sandbox_id, tq, NULL, &err) < 0) {
+        free(mounts);
+        free(argv);
+        sl_env_free(&env);
+        record_failure(&x->rec, "RuntimeError", err.message);
+        return false;
+    }
+    rreq.caps = (struct sl_rt_caps){
+        .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
+        .pids = tq[SL_LIMIT_SANDBOX_PIDS] > 0 ? tq[SL_LIMIT_SANDBOX_PIDS] : 0,
+        .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0 ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
+                                                    : 0,
+    };
     atomic_fetch_add(&svc->running_execs, 1);
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
@@ -504,6 +521,10 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
         return -1;
     if (atomic_load(&svc->shutting_down))
         return sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0, "the worker is shutting down");
+    /* A tenant over its workspace_bytes runs nothing new until it frees
+     * space (deletes and releases still work). */
+    if (svc_tenant_disk_check(svc, sandbox_id, err) < 0)
+        return -1;
 
     struct svc_exec *x = calloc(1, sizeof(*x));
     if (!x)

@@ -13,6 +13,9 @@
 #include "service/owner_cache.h"
 #include "service/service.h"
 #include "store/store.h"
+
+#define SVC_TENANT_LIMITS_SLOTS 64
+#define SVC_TENANT_LIMITS_TTL_US 1000000
 #include "workspace/layout.h"
 #include "workspace/quota.h"
 
@@ -27,6 +30,7 @@ struct sl_live {
     int listings; /* directory listings in progress (SVC_MAX_LISTINGS_PER_SANDBOX) */
     int64_t stored_output_bytes; /* of its finished records; -1 = not counted yet */
     bool over_disk_quota;        /* by the last count of the maintenance cycle */
+    int64_t disk_bytes;          /* bytes its tree held at that count (-1: not counted) */
     /* Attached templates (API.md §3.13): array of records, each with its
      * "local_path"; NULL = none. Owned by the entry. */
     json_t *templates;
@@ -69,6 +73,21 @@ struct sl_service {
     struct svc_owner_cache *owners; /* forwards decided lately; NULL: none kept */
     struct sl_key_cache *keys;      /* API key checks (service/api_keys.h); NULL: none kept */
     pthread_mutex_t quota_lock;     /* a tenant's quota check and what it admits */
+    /* The limits of the tenants whose sandboxes run here, as the store had
+     * them at most SVC_TENANT_LIMITS_TTL_US ago (svc_tenant_limits). */
+    pthread_mutex_t limits_lock;
+    struct svc_tenant_limits_entry {
+        char tenant_id[33];
+        int64_t at_mono_us;
+        int64_t quota[SL_LIMIT_COUNT];
+    } limits_cache[SVC_TENANT_LIMITS_SLOTS];
+    /* Each limited tenant's workspace bytes on this worker, as the last
+     * disk cycle counted them (under limits_lock). */
+    struct svc_tenant_disk {
+        char tenant_id[33];
+        int64_t bytes;
+    } tenant_disk[SVC_TENANT_LIMITS_SLOTS];
+    size_t tenant_disk_n;
 
     pthread_mutex_t live_lock; /* guards live[] */
     struct sl_live *live;
@@ -229,6 +248,20 @@ void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
 /* disk_quota.c: usage of every live sandbox counted against the quota
  * (where the filesystem does not enforce it); file writes of a sandbox
  * over it are refused. */
+/* The limits of the tenant a sandbox belongs to (its stored id is
+ * "<tenant_id>~<name>"), every one -1 for an operator's sandbox or a
+ * tenant without them; looked up in the store at most once a second per
+ * tenant. The owner applies them: a request forwarded to it carries the
+ * operator's token, not the tenant's key. 1 for a tenant's sandbox (and
+ * tenant_id filled when not NULL), 0 otherwise; -1 when the store failed
+ * (err). */
+int svc_tenant_limits(struct sl_service *svc, const char *sandbox_id,
+                      int64_t quota[SL_LIMIT_COUNT], char tenant_id[33], struct sl_error *err);
+/* 429 TENANT_QUOTA_EXCEEDED (limit workspace_bytes) when the sandbox's
+ * tenant has used its bytes on this worker, as the last disk cycle
+ * counted; 0 otherwise. */
+int svc_tenant_disk_check(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+
 void svc_disk_quota_cycle(struct sl_service *svc);
 int svc_disk_quota_check(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 

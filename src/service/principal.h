@@ -27,12 +27,20 @@
 /* key_id: "sl" and 12 lowercase hex digits (service/api_keys.h). */
 #define SL_KEY_ID_MAX 16
 
-/* The tenant limits enforced on requests (sl_tenant_quota_names has the
- * others, stored but not enforced yet). */
+/* A tenant's limits (its quotas of those names, service/tenants.h). The
+ * first three are counts a request adds to (checked at admission, under
+ * the quota lock); workspace_bytes is its sandboxes' disk use as this
+ * worker counts it; the last three are ceilings on what one sandbox of
+ * the tenant gets (its cgroup limits are the worker's, lowered to them). */
 enum sl_tenant_limit {
     SL_LIMIT_SANDBOXES,         /* routes that exist (not RELEASED) */
     SL_LIMIT_RUNNING_SESSIONS,  /* sandboxes live on a worker (READY, RUNNING) */
     SL_LIMIT_COMMANDS,          /* executions RUNNING */
+    SL_LIMIT_COUNTED = SL_LIMIT_COMMANDS + 1,
+    SL_LIMIT_WORKSPACE_BYTES = SL_LIMIT_COUNTED, /* bytes under its sandboxes' roots */
+    SL_LIMIT_SANDBOX_MEMORY,    /* bytes of memory per sandbox */
+    SL_LIMIT_SANDBOX_PIDS,      /* processes per sandbox */
+    SL_LIMIT_SANDBOX_CPU_MILLIS, /* CPU per sandbox, in thousandths of a CPU */
     SL_LIMIT_COUNT
 };
 

@@ -268,6 +268,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->quota_lock, NULL);
+    pthread_mutex_init(&svc->limits_lock, NULL);
     pthread_mutex_init(&svc->loop_lock, NULL);
     pthread_mutex_init(&svc->finish_lock, NULL);
     /* The loop computes its deadlines on CLOCK_MONOTONIC; the condition
@@ -652,6 +653,7 @@ void sl_service_close(struct sl_service *svc)
     json_decref(svc->capabilities);
     pthread_mutex_destroy(&svc->live_lock);
     pthread_mutex_destroy(&svc->quota_lock);
+    pthread_mutex_destroy(&svc->limits_lock);
     pthread_mutex_destroy(&svc->loop_lock);
     pthread_mutex_destroy(&svc->finish_lock);
     pthread_cond_destroy(&svc->loop_cond);
@@ -804,6 +806,7 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
         l->templates = NULL;
         l->listings = 0;
         l->stored_output_bytes = -1;
+        l->disk_bytes = -1;
         l->over_disk_quota = false;
         if (!l->sandbox_id) {
             pthread_mutex_unlock(&svc->live_lock);

@@ -144,8 +144,19 @@ static json_t *usage_view(struct sl_service *svc, const char *tenant_id, struct 
     if (svc->store->ops->tenant_usage(svc->store, tenant_id, &sandboxes, &running, &commands,
                                       err) < 0)
         return NULL;
-    return json_pack("{s:I,s:I,s:I}", "sandboxes", (json_int_t)sandboxes, "running_sessions",
-                     (json_int_t)running, "commands_in_flight", (json_int_t)commands);
+    /* Its workspace bytes as this worker's last disk cycle counted them
+     * (only a tenant with workspace_bytes is counted: null otherwise). */
+    json_t *disk = json_null();
+    pthread_mutex_lock(&svc->limits_lock);
+    for (size_t i = 0; i < svc->tenant_disk_n; i++)
+        if (strcmp(svc->tenant_disk[i].tenant_id, tenant_id) == 0) {
+            json_decref(disk);
+            disk = json_integer(svc->tenant_disk[i].bytes);
+        }
+    pthread_mutex_unlock(&svc->limits_lock);
+    return json_pack("{s:I,s:I,s:I,s:o}", "sandboxes", (json_int_t)sandboxes, "running_sessions",
+                     (json_int_t)running, "commands_in_flight", (json_int_t)commands,
+                     "workspace_bytes", disk);
 }
 
 /* The tenant's row into *t: 0, or -1 when there is no such tenant (err
@@ -347,6 +358,10 @@ static const char *const limit_names[SL_LIMIT_COUNT] = {
     [SL_LIMIT_SANDBOXES] = "sandboxes",
     [SL_LIMIT_RUNNING_SESSIONS] = "running_sessions",
     [SL_LIMIT_COMMANDS] = "commands_in_flight",
+    [SL_LIMIT_WORKSPACE_BYTES] = "workspace_bytes",
+    [SL_LIMIT_SANDBOX_MEMORY] = "sandbox_memory_bytes",
+    [SL_LIMIT_SANDBOX_PIDS] = "sandbox_pids",
+    [SL_LIMIT_SANDBOX_CPU_MILLIS] = "sandbox_cpu_millis",
 };
 
 const char *sl_tenant_limit_name(enum sl_tenant_limit limit)
@@ -389,7 +404,7 @@ int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal 
                               struct sl_error *err)
 {
     *value = -1;
-    if (who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNT || who->quota[limit] < 0)
+    if (who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNTED || who->quota[limit] < 0)
         return 0;
     /* A sandbox that already counts adds nothing. */
     if (limit != SL_LIMIT_COMMANDS && sandbox_id) {
@@ -413,9 +428,9 @@ int sl_svc_tenant_quota_check(struct sl_service *svc, const struct sl_principal 
     if (used[limit] < who->quota[limit])
         return 0;
     *value = who->quota[limit];
-    return sl_error_set(err, SL_E_TENANT_QUOTA_EXCEEDED, 0,
-                        "the tenant's quota of %lld %s is used up", (long long)who->quota[limit],
-                        limit_names[limit]);
+    sl_error_set(err, SL_E_TENANT_QUOTA_EXCEEDED, 0, "the tenant's quota of %lld %s is used up",
+                 (long long)who->quota[limit], limit_names[limit]);
+    return sl_error_limit(err, limit_names[limit], who->quota[limit]);
 }
 
 int sl_svc_quota_enter(struct sl_service *svc, const struct sl_principal *who,
@@ -424,7 +439,7 @@ int sl_svc_quota_enter(struct sl_service *svc, const struct sl_principal *who,
 {
     *held = false;
     *value = -1;
-    if (!who || who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNT ||
+    if (!who || who->kind != SL_PRINCIPAL_TENANT || limit >= SL_LIMIT_COUNTED ||
         who->quota[limit] < 0)
         return 0; /* an unlimited tenant's requests are not serialized for nothing */
     sl_svc_quota_lock(svc);
@@ -480,4 +495,51 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
     snprintf(who->tenant_id, sizeof(who->tenant_id), "%s", facts.tenant_id);
     snprintf(who->key_id, sizeof(who->key_id), "%s", key_id);
     return SL_KEY_ACCEPTED;
+}
+
+/* ---- a sandbox's tenant and its limits, on the worker that runs it ------ */
+
+int svc_tenant_limits(struct sl_service *svc, const char *sandbox_id,
+                      int64_t quota[SL_LIMIT_COUNT], char tenant_id[33], struct sl_error *err)
+{
+    for (int i = 0; i < SL_LIMIT_COUNT; i++)
+        quota[i] = -1;
+    const char *sep = strchr(sandbox_id, SL_TENANT_SEP);
+    size_t n = sep ? (size_t)(sep - sandbox_id) : 0;
+    if (!sep || n < 1 || n > SL_TENANT_ID_MAX || !svc->store->tenancy)
+        return 0;
+    char tid[SL_TENANT_ID_MAX + 1];
+    memcpy(tid, sandbox_id, n);
+    tid[n] = '\0';
+    if (tenant_id)
+        memcpy(tenant_id, tid, n + 1);
+    int64_t now = sl_mono_us();
+    pthread_mutex_lock(&svc->limits_lock);
+    struct svc_tenant_limits_entry *slot = NULL, *oldest = &svc->limits_cache[0];
+    for (size_t i = 0; i < SVC_TENANT_LIMITS_SLOTS && !slot; i++) {
+        struct svc_tenant_limits_entry *e = &svc->limits_cache[i];
+        if (strcmp(e->tenant_id, tid) == 0)
+            slot = e;
+        else if (e->at_mono_us < oldest->at_mono_us)
+            oldest = e;
+    }
+    if (slot && now - slot->at_mono_us < SVC_TENANT_LIMITS_TTL_US) {
+        memcpy(quota, slot->quota, sizeof(slot->quota));
+        pthread_mutex_unlock(&svc->limits_lock);
+        return 1;
+    }
+    pthread_mutex_unlock(&svc->limits_lock);
+    /* Looked up without the lock: two threads may both ask the store once. */
+    int64_t fresh[SL_LIMIT_COUNT];
+    if (load_quotas(svc, tid, fresh, err) < 0)
+        return -1;
+    pthread_mutex_lock(&svc->limits_lock);
+    if (!slot || strcmp(slot->tenant_id, tid) != 0)
+        slot = oldest;
+    snprintf(slot->tenant_id, sizeof(slot->tenant_id), "%s", tid);
+    slot->at_mono_us = now;
+    memcpy(slot->quota, fresh, sizeof(fresh));
+    pthread_mutex_unlock(&svc->limits_lock);
+    memcpy(quota, fresh, sizeof(fresh));
+    return 1;
 }

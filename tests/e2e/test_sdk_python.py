@@ -138,3 +138,22 @@ def test_listing_pages_and_entries(sdk_client):
 
 def test_version():
     assert sandloom.__version__ == "0.3.0"
+
+
+def test_a_tenants_quota_is_a_typed_error_naming_its_limit(sdk_client):
+    """With a tenant's key: QuotaExceeded carries the limit and its value,
+    and the client lists the tenant's own sandboxes by its names."""
+    from sandloom import QuotaExceeded
+    tid = "sdk-" + uuid.uuid4().hex[:8]
+    sdk_client.request("POST", "/api/v1/admin/tenants",
+                       {"tenant_id": tid, "quotas": {"sandboxes": 1}})
+    key = sdk_client.request("POST", f"/api/v1/admin/tenants/{tid}/keys",
+                             {"name": "sdk"})["api_key"]
+    tenant = Client(url=sdk_client.url, api_key=key)
+    first = name("q")
+    with Sandbox.create(first, client=tenant):
+        with pytest.raises(QuotaExceeded) as e:
+            Sandbox.create(name("q"), client=tenant)
+        assert (e.value.status, e.value.limit, e.value.value) == (429, "sandboxes", 1)
+        assert [s["sandbox_id"] for s in tenant.sandboxes()] == [first]
+        assert tenant.tenant()["usage"]["sandboxes"] == 1

@@ -319,3 +319,89 @@ def test_a_tenant_lists_its_own_sandboxes_and_no_others(client, two):
                                            ).body["sandboxes"]] == [f"ls-{mark}-b"]
     ids = {s["sandbox_id"] for s in client.get(API, params={"search": mark}).body["sandboxes"]}
     assert ids == {f"{ta}~{n}" for n in mine} | {f"{tb}~ls-{mark}-b"}, ids
+
+
+def sandbox_cgroup_file(uid, controller, name):
+    """The host's view of a sandbox's cgroup limit (v1 hierarchies or v2)."""
+    import glob
+    for root in (f"/sys/fs/cgroup/{controller}", "/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup"):
+        hits = glob.glob(f"{root}/**/sb-{uid}/{name}", recursive=True)
+        if hits:
+            with open(hits[0]) as f:
+                return f.read().strip()
+    return None
+
+
+def test_a_tenants_ceilings_lower_its_sandboxes_limits(client, daemon):
+    """sandbox_memory_bytes and sandbox_pids: the tenant's sandboxes get
+    them instead of the worker's larger limits, and the kernel holds them
+    (an allocation past the memory ceiling is OOM-killed, forks past the
+    pids ceiling fail); another tenant's sandbox keeps the worker's."""
+    tid = "tc-" + uuid.uuid4().hex[:8]
+    r = client.post(ADMIN, json={"tenant_id": tid, "quotas": {
+        "sandbox_memory_bytes": 96 << 20, "sandbox_pids": 24, "sandbox_cpu_millis": 250}})
+    assert r.status == 201, r
+    limited = As(client, client.post(f"{ADMIN}/{tid}/keys", json={"name": "c"}).body["api_key"])
+    _, free_key = tenant_key(client)
+    free = As(client, free_key)
+    name = "ceil-" + uuid.uuid4().hex[:8]
+    gen = limited.ready(name)
+    r = limited.exec(name, gen, ["python3", "-c", "b = bytearray(300 << 20); print(len(b))"])
+    assert r.status == 200 and r.body["status"] != "SUCCEEDED", r
+    assert r.body["termination_reason"] == "OOM_KILLED", r.body
+    r = limited.exec(name, gen, ["sh", "-c", "n=0; for i in $(seq 1 60); do sleep 3 & "
+                                             "n=$((n+1)); done 2>/dev/null; echo started"],
+                     timeout_seconds=20)
+    assert r.status == 200, r
+    uid = client.get(f"{API}/{tid}~{name}").body["sandbox_uid"]
+    memory = sandbox_cgroup_file(uid, "memory", "memory.limit_in_bytes") or \
+        sandbox_cgroup_file(uid, "memory", "memory.max")
+    assert memory == str(96 << 20), memory
+    assert sandbox_cgroup_file(uid, "pids", "pids.max") == "24"
+    cpu = sandbox_cgroup_file(uid, "cpu", "cpu.cfs_quota_us") or \
+        sandbox_cgroup_file(uid, "cpu", "cpu.max")
+    assert cpu in ("25000", "25000 100000"), cpu
+    # The other tenant's sandbox: the worker's limits, the allocation fits.
+    other = "free-" + uuid.uuid4().hex[:8]
+    g2 = free.ready(other)
+    r = free.exec(other, g2, ["python3", "-c", "b = bytearray(300 << 20); print(len(b))"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    # A ceiling of 0 is refused: it would leave nothing to run with.
+    r = client.request("PATCH", f"{ADMIN}/{tid}", json_body={"quotas": {"sandbox_pids": 0}})
+    assert_error(r, 422, "SANDBOX_INVALID_REQUEST")
+
+
+def test_workspace_bytes_stops_writes_and_new_commands_until_space_is_freed(daemon_factory):
+    d = daemon_factory({"SANDBOX_MAINTENANCE_INTERVAL_SECONDS": "1"})
+    client = d.client()
+    tid = "tw-" + uuid.uuid4().hex[:8]
+    assert client.post(ADMIN, json={"tenant_id": tid,
+                                    "quotas": {"workspace_bytes": 4 << 20}}).status == 201
+    t = As(client, client.post(f"{ADMIN}/{tid}/keys", json={"name": "w"}).body["api_key"])
+    name = "disk-" + uuid.uuid4().hex[:8]
+    gen = t.ready(name)
+    r = t.exec(name, gen, ["sh", "-c", "head -c 6000000 /dev/urandom > /workspace/big"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    write = {"generation": gen, "path": "/workspace/more", "content_base64": "eA=="}
+    import time
+    deadline = time.monotonic() + 15
+    while True:
+        r = t.req("PUT", f"{API}/{name}/files", json_body=write)
+        if r.status == 429:
+            break
+        assert r.status == 200 and time.monotonic() < deadline, r
+        time.sleep(0.3)
+    d429 = assert_error(r, 429, "TENANT_QUOTA_EXCEEDED")
+    assert d429["limit"] == "workspace_bytes" and d429["value"] == 4 << 20, d429
+    usage = t.req("GET", "/api/v1/tenant").body["usage"]
+    assert usage["workspace_bytes"] >= 6000000, usage
+    assert_error(t.exec(name, gen, ["true"]), 429, "TENANT_QUOTA_EXCEEDED")
+    # Deleting still works, and once counted again the tenant may write.
+    r = t.req("POST", f"{API}/{name}/files/delete",
+              json_body={"generation": gen, "path": "/workspace/big"})
+    assert r.status == 200, r
+    deadline = time.monotonic() + 15
+    while t.req("PUT", f"{API}/{name}/files", json_body=write).status != 200:
+        assert time.monotonic() < deadline, "the tenant stayed over its quota after the delete"
+        time.sleep(0.3)
+    assert t.exec(name, gen, ["true"]).status == 200

@@ -67,7 +67,8 @@ def test_an_operator_creates_reads_lists_and_patches_tenants(client):
 
     got = client.get(f"{ADMIN}/{t['tenant_id']}")
     assert got.status == 200 and got.body == {**t, "usage": {
-        "sandboxes": 0, "running_sessions": 0, "commands_in_flight": 0}}, got
+        "sandboxes": 0, "running_sessions": 0, "commands_in_flight": 0,
+        "workspace_bytes": None}}, got
     listed = client.get(ADMIN)
     assert listed.status == 200
     assert t["tenant_id"] in [x["tenant_id"] for x in listed.body["tenants"]]

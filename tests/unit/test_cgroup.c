@@ -437,7 +437,7 @@ static void test_v2_enter_moves_a_child_and_remove_cleans_up(void **state)
     struct sl_error err;
     sl_error_clear(&err);
     int fds[SL_CGROUP_MAX_FDS];
-    int n = sl_cgroup_enter_fds(cg, UID_A, fds, &err);
+    int n = sl_cgroup_enter_fds(cg, UID_A, NULL, fds, &err);
     if (n < 0)
         fprintf(stderr, "enter: %s\n", sl_error_text(&err));
     assert_int_equal(n, 1); /* v2: one directory, quotas or not */
@@ -458,7 +458,7 @@ static void test_v2_enter_moves_a_child_and_remove_cleans_up(void **state)
     assert_string_equal(where, rel);
 
     /* A later execution finds the cgroup and only opens it. */
-    n = sl_cgroup_enter_fds(cg, UID_A, fds, &err);
+    n = sl_cgroup_enter_fds(cg, UID_A, NULL, fds, &err);
     assert_int_equal(n, 1);
     close(fds[0]);
 
@@ -486,7 +486,7 @@ static void test_v2_remove_kills_what_is_left(void **state)
     struct sl_error err;
     sl_error_clear(&err);
     int fds[SL_CGROUP_MAX_FDS];
-    assert_int_equal(sl_cgroup_enter_fds(cg, UID_B, fds, &err), 1);
+    assert_int_equal(sl_cgroup_enter_fds(cg, UID_B, NULL, fds, &err), 1);
     int release = -1;
     child = fork_waiting_child(&release);
     assert_true(child > 0);
@@ -525,7 +525,7 @@ static void test_v2_reopen_from_the_daemon_leaf(void **state)
     struct sl_error err;
     sl_error_clear(&err);
     int fds[SL_CGROUP_MAX_FDS];
-    assert_int_equal(sl_cgroup_enter_fds(cg, UID_A, fds, &err), 1);
+    assert_int_equal(sl_cgroup_enter_fds(cg, UID_A, NULL, fds, &err), 1);
     close(fds[0]);
     assert_int_equal(fmt(path, sizeof(path), "%s/sandloom-sandboxes/sb-%u", case_dir, UID_A), 0);
     assert_true(exists(path));
@@ -599,7 +599,7 @@ static void test_v2_long_path_refused(void **state)
     struct sl_error err;
     sl_error_clear(&err);
     int fds[SL_CGROUP_MAX_FDS];
-    assert_int_equal(sl_cgroup_enter_fds(cg, UID_A, fds, &err), 0);
+    assert_int_equal(sl_cgroup_enter_fds(cg, UID_A, NULL, fds, &err), 0);
 }
 
 /* A fake v2 tree at `fake` for a service whose cgroup is `own`: plain files
@@ -766,7 +766,7 @@ static void test_default_open_on_a_v1_host(void **state)
     assert_string_equal(sl_cgroups_why(cg), "");
 
     int fds[SL_CGROUP_MAX_FDS];
-    int n = sl_cgroup_enter_fds(cg, UID_V1, fds, &err);
+    int n = sl_cgroup_enter_fds(cg, UID_V1, NULL, fds, &err);
     if (n < 0)
         fprintf(stderr, "enter: %s\n", sl_error_text(&err));
     assert_int_equal(n, 3);
@@ -807,6 +807,58 @@ static void test_default_open_on_a_v1_host(void **state)
         assert_false(exists(sbs[c]));
 }
 
+/* A sandbox's ceilings (a tenant's, sl_cgroup_enter_fds' cap) lower the
+ * limits written for it, never raise them; without a cap the next entry
+ * writes the open's limits again. */
+static void test_v1_caps_lower_the_limits_and_never_raise_them(void **state)
+{
+    (void)state;
+    struct sl_error err;
+    sl_error_clear(&err);
+    struct sl_cgroups *cg = open_default_v1("memory");
+    const struct sl_cgroup_limits cap = {.memory_bytes = 128 << 20, .pids = 32, .cpus = 2.0};
+    int fds[SL_CGROUP_MAX_FDS];
+    int n = sl_cgroup_enter_fds(cg, UID_V1, &cap, fds, &err);
+    assert_int_equal(n, 3);
+    int release = -1;
+    child = fork_waiting_child(&release);
+    assert_true(child > 0);
+    char pid[32];
+    snprintf(pid, sizeof(pid), "%d", (int)child);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(write(fds[i], pid, strlen(pid)), (ssize_t)strlen(pid));
+        close(fds[i]);
+    }
+    static const char *const files[] = {"memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us"};
+    /* 128 MiB and 32 under the open's 256 MiB and 64; 2 CPUs over its 0.5. */
+    static const char *const capped[] = {"134217728", "32", "50000"};
+    static const char *const plain[] = {"268435456", "64", "50000"};
+    char paths[3][PATH_MAX];
+    for (int c = 0; c < 3; c++) {
+        char where[PATH_MAX], sb[PATH_MAX], text[64];
+        assert_int_equal(cgroup_of(child, CTL_NAMES[c], where, sizeof(where)), 0);
+        if (fmt(sb, sizeof(sb), SL_CGROUP_ROOT "/%s%s", CTL_NAMES[c], where) == 0 && !exists(sb))
+            fmt(sb, sizeof(sb), SL_CGROUP_ROOT "/cpu,cpuacct%s", where);
+        assert_int_equal(fmt(paths[c], sizeof(paths[c]), "%s/%s", sb, files[c]), 0);
+        assert_int_equal(read_text(paths[c], text, sizeof(text)), 0);
+        assert_string_equal(text, capped[c]);
+    }
+    n = sl_cgroup_enter_fds(cg, UID_V1, NULL, fds, &err);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    for (int c = 0; c < 3; c++) {
+        char text[64];
+        assert_int_equal(read_text(paths[c], text, sizeof(text)), 0);
+        assert_string_equal(text, plain[c]);
+    }
+    close(release);
+    int status = 0;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    child = -1;
+    sl_cgroup_remove(cg, UID_V1);
+}
+
 /* A command's own cgroup (sl_cgroup_exec_*): a child enters it through the
  * descriptor ("0": itself), then keeps forking and daemonising (setsid'd
  * grandchildren that leave its process group, short-lived children forked
@@ -819,7 +871,7 @@ static void check_exec_cgroup_kill(struct sl_cgroups *cg, uid_t uid)
     sl_error_clear(&err);
     assert_true(sl_cgroups_exec_supported(cg));
     int fds[SL_CGROUP_MAX_FDS];
-    int n = sl_cgroup_enter_fds(cg, uid, fds, &err);
+    int n = sl_cgroup_enter_fds(cg, uid, NULL, fds, &err);
     assert_true(n >= 1);
     int release = -1;
     pid_t bystander = fork_waiting_child(&release); /* in the sandbox, not the command */
@@ -937,6 +989,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_v2_namespace_root_moves_the_daemon, case_setup,
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_default_open_on_a_v1_host, case_setup, case_teardown),
+        cmocka_unit_test_setup_teardown(test_v1_caps_lower_the_limits_and_never_raise_them,
+                                        case_setup, case_teardown),
         cmocka_unit_test_setup_teardown(test_v2_exec_cgroup_kills_a_forking_tree, case_setup,
                                         case_teardown),
         cmocka_unit_test_setup_teardown(test_v1_exec_cgroup_kills_a_forking_tree, case_setup,

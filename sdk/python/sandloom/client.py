@@ -83,21 +83,46 @@ class Client:
         if 200 <= status < 300:
             return doc if isinstance(doc, dict) else {"value": doc}
         detail = doc.get("detail") if isinstance(doc, dict) else None
+        limit: Optional[str] = None
+        value: Optional[int] = None
         if isinstance(detail, dict):
             code = str(detail.get("code") or f"HTTP_{status}")
             message = str(detail.get("message") or code)
+            # A limit that refused names itself (TENANT_QUOTA_EXCEEDED).
+            if isinstance(detail.get("limit"), str):
+                limit = detail["limit"]
+            if isinstance(detail.get("value"), int):
+                value = detail["value"]
         else:
             code = str(detail) if detail else f"HTTP_{status}"
             message = code
-        raise error_for(code, message, status)
+        raise error_for(code, message, status, limit=limit, value=value)
 
     # -- the service's own routes -------------------------------------------
     def tenant(self) -> JSON:
         """Who the API key is: its tenant and quotas (GET /api/v1/tenant)."""
         return self.request("GET", "/api/v1/tenant")
 
+    def sandboxes(self, status: Optional[str] = None, search: Optional[str] = None) -> List[JSON]:
+        """The sandboxes this key may see (a tenant's own, by its names;
+        every one for the internal token), most recently active first,
+        every page of GET /api/v1/sandboxes."""
+        out: List[JSON] = []
+        while True:
+            query: Dict[str, Any] = {"limit": 200, "offset": len(out)}
+            if status:
+                query["status"] = status
+            if search:
+                query["search"] = search
+            page = self.request("GET", "/api/v1/sandboxes?" + urllib.parse.urlencode(query))
+            items = list(page.get("sandboxes", []))
+            out.extend(items)
+            if not items or len(out) >= int(page.get("total", 0)):
+                return out
+
     def templates(self) -> List[JSON]:
-        """The template catalog, by name."""
+        """The template catalog, by name (a tenant: the public templates
+        and its own, each with its "visibility")."""
         return list(self.request("GET", "/api/v1/templates").get("templates", []))
 
     def remove_template(self, name: str) -> bool:

@@ -12,11 +12,16 @@ from typing import Dict, Optional, Type
 class SandloomError(Exception):
     """An error answer of the service, or no answer at all (status 0)."""
 
-    def __init__(self, code: str, message: str, status: int) -> None:
+    def __init__(self, code: str, message: str, status: int, *, limit: Optional[str] = None,
+                 value: Optional[int] = None) -> None:
         super().__init__(f"{code}: {message}" if message and message != code else code)
         self.code = code
         self.message = message
         self.status = status
+        #: The limit that refused and its value, when the service names one
+        #: (a tenant's quota: "running_sessions", 5).
+        self.limit = limit
+        self.value = value
 
 
 class ConnectionFailed(SandloomError):
@@ -74,7 +79,8 @@ class ParallelLimit(TooManyRequests):
 
 
 class QuotaExceeded(TooManyRequests):
-    """429: the tenant's quota named in the message is used up."""
+    """429: a tenant's quota is used up: ``limit`` names it, ``value`` is
+    its value."""
 
 
 class Unavailable(SandloomError):
@@ -107,10 +113,11 @@ _BY_STATUS: Dict[int, Type[SandloomError]] = {
 }
 
 
-def error_for(code: str, message: str, status: int) -> SandloomError:
+def error_for(code: str, message: str, status: int, *, limit: Optional[str] = None,
+              value: Optional[int] = None) -> SandloomError:
     if code == "SANDBOX_INVALID_ARGUMENT" and message.startswith("path does not exist"):
         return PathNotFound(code, message, status)
     cls: Optional[Type[SandloomError]] = _BY_CODE.get(code) or _BY_STATUS.get(status)
     if cls is None:
         cls = Unavailable if status >= 500 else SandloomError
-    return cls(code, message, status)
+    return cls(code, message, status, limit=limit, value=value)
