@@ -1111,9 +1111,44 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A template's stored name: a public one's plain name, or a tenant's
+ * "<tenant>~<name>" (templates/catalog.h); nothing else. */
+static void stored_names_are_plain_or_one_owner_and_a_plain_name(void **state)
+{
+    (void)state;
+    struct sl_error err;
+    static const char *const good[] = {"py", "acme~py", "a-1~py.3_x", "0~0"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        sl_error_clear(&err);
+        assert_int_equal(sl_tpl_stored_name_check(good[i], &err), 0);
+    }
+    static const char *const bad[] = {"", "~py", "acme~", "acme~~py", "a~b~c", "Acme~py",
+                                      "acme_x~py", "acme~..", "acme~.", "acme~Py",
+                                      "012345678901234567890123456789012~py", "acme~/x"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sl_error_clear(&err);
+        assert_int_equal(sl_tpl_stored_name_check(bad[i], &err), -1);
+        assert_string_equal(err.code, SL_E_INVALID_ARGUMENT);
+    }
+    /* The longest: 32 characters of owner, 64 of name. */
+    char longest[SL_TPL_STORED_NAME_MAX + 2];
+    memset(longest, 'a', 32);
+    longest[32] = '~';
+    memset(longest + 33, 'b', 64);
+    longest[97] = '\0';
+    assert_int_equal(sl_tpl_stored_name_check(longest, &err), 0);
+    assert_string_equal(sl_tpl_plain_name(longest), longest + 33);
+    assert_string_equal(sl_tpl_plain_name("py"), "py");
+    assert_string_equal(sl_tpl_plain_name("acme~py"), "py");
+    longest[97] = 'b';
+    longest[98] = '\0';
+    assert_int_equal(sl_tpl_stored_name_check(longest, &err), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(stored_names_are_plain_or_one_owner_and_a_plain_name),
         cmocka_unit_test(archive_is_deterministic),
         cmocka_unit_test(archive_members_and_metadata),
         cmocka_unit_test(archive_refuses_special_files),
