@@ -49,6 +49,10 @@ struct rt_session {
      * taken by the next one (0: none); removed with the session. */
     uint64_t spare_cg_seq;
     struct sl_cgroups *cgroups;
+    /* The ceilings its cgroup limits were last written with (under
+     * sessions_lock): a later command with others writes them again, so a
+     * tenant's changed ceiling reaches a session that is running. */
+    struct sl_rt_caps caps;
 };
 
 /* ---- supervision (supervise.c) ---- */

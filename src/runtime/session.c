@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "common/syscalls.h"
 #include "common/util.h"
 #include "runtime/internal.h"
@@ -128,6 +129,30 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     return s;
 }
 
+/* New ceilings for a running session: its cgroup limits written again
+ * (the kernel may refuse to lower memory below what the sandbox holds
+ * now: then the old ones stay until the session starts again, said once
+ * in the log). Under sessions_lock. */
+static void session_recap(struct sl_runtime *rt, struct rt_session *s,
+                          const struct sl_rt_caps *caps)
+{
+    if (!rt->cgroups)
+        return;
+    const struct sl_cgroup_limits cap = {
+        .memory_bytes = caps->memory_bytes, .pids = caps->pids, .cpus = caps->cpus};
+    int fds[SL_CGROUP_MAX_FDS];
+    struct sl_error err = {0};
+    s->caps = *caps; /* tried once per change */
+    int n = sl_cgroup_enter_fds(rt->cgroups, s->uid, &cap, fds, &err);
+    if (n < 0) {
+        sl_warn("sandbox uid %u: its new limits apply from its next session: %s",
+                (unsigned)s->uid, sl_error_text(&err));
+        return;
+    }
+    while (n > 0)
+        close(fds[--n]);
+}
+
 /* The live session of uid, started if needed; returned with refs and
  * active taken. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
@@ -142,6 +167,8 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
         if (!s->dead && session_alive(s) && strcmp(s->root, root) == 0) {
             s->refs++;
             s->active++;
+            if (caps && memcmp(&s->caps, caps, sizeof(*caps)) != 0)
+                session_recap(rt, s, caps);
             pthread_mutex_unlock(&rt->sessions_lock);
             return s;
         }
@@ -157,6 +184,8 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     /* Start under the lock: two first executions of one sandbox must not
      * start two sessions. Starting is one sandbox build (milliseconds). */
     struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, err);
+    if (s && caps)
+        s->caps = *caps;
     if (s) {
         if (rt->n_sessions == rt->cap_sessions) {
             size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;

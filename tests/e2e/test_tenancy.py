@@ -361,6 +361,16 @@ def test_a_tenants_ceilings_lower_its_sandboxes_limits(client, daemon):
     cpu = sandbox_cgroup_file(uid, "cpu", "cpu.cfs_quota_us") or \
         sandbox_cgroup_file(uid, "cpu", "cpu.max")
     assert cpu in ("25000", "25000 100000"), cpu
+    # A changed ceiling reaches the running session with its next command
+    # (once the owner's second-long cache of the tenant's limits expires).
+    r = client.request("PATCH", f"{ADMIN}/{tid}", json_body={"quotas": {"sandbox_pids": 40}})
+    assert r.status == 200, r
+    import time
+    deadline = time.monotonic() + 10
+    while sandbox_cgroup_file(uid, "pids", "pids.max") != "40":
+        assert time.monotonic() < deadline, sandbox_cgroup_file(uid, "pids", "pids.max")
+        assert limited.exec(name, gen, ["true"]).status == 200
+        time.sleep(0.3)
     # The other tenant's sandbox: the worker's limits, the allocation fits.
     other = "free-" + uuid.uuid4().hex[:8]
     g2 = free.ready(other)
