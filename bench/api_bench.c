@@ -446,11 +446,16 @@ static int op_new_sandbox(struct http_conn *c, struct sandbox *s)
 static int op_release(struct http_conn *c, const char *id)
 {
     char path[256];
-    struct http_resp r;
+    struct http_resp r = {0};
     snprintf(path, sizeof(path), "/api/v1/sandboxes/%s", id);
-    if (http_request(c, "DELETE", path, NULL, &r) < 0 || r.status != 200)
-        return -1;
-    return 0;
+    if (http_request(c, "DELETE", path, NULL, &r) == 0 && r.status == 200)
+        return 0;
+    /* The first refusal says why (the others are counted). */
+    static atomic_flag said = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&said))
+        fprintf(stderr, "api_bench: release of %s: HTTP %d %.200s\n", id, r.status,
+                r.status && r.body ? r.body : "(no answer)");
+    return -1;
 }
 
 static int64_t time_fork_exec(void)
