@@ -124,15 +124,21 @@ static int nl_call(int netns_fd, struct msg *m, const char *what, struct sl_erro
     struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
     if (sendto(fd, m->buf, m->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "%s: netlink send", what);
-    char reply[4096];
+    union {
+        struct nlmsghdr h; /* aligned for the headers read from it */
+        char buf[4096];
+    } reply;
     for (;;) {
-        ssize_t n = recv(fd, reply, sizeof(reply), 0);
+        ssize_t n = recv(fd, reply.buf, sizeof(reply.buf), 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return sl_error_errno(err, SL_E_RUNTIME, "%s: netlink receive", what);
-        for (struct nlmsghdr *h = (struct nlmsghdr *)reply; NLMSG_OK(h, (unsigned)n);
-             h = NLMSG_NEXT(h, n)) {
+        /* NLMSG_OK/NEXT on an int: the length left can go below zero by
+         * the alignment of the last message, which an unsigned would not. */
+        int left = (int)n;
+        for (struct nlmsghdr *h = &reply.h; NLMSG_OK(h, left);
+             h = NLMSG_NEXT(h, left)) {
             if (h->nlmsg_type != NLMSG_ERROR)
                 continue;
             const struct nlmsgerr *e = NLMSG_DATA(h);
