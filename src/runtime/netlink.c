@@ -26,47 +26,61 @@ struct msg {
     };
 };
 
-/* ---- a socket in a namespace --------------------------------------------- */
+/* ---- work in a namespace ------------------------------------------------- */
 
-struct open_in {
+struct in_netns {
     int netns_fd;
-    int fd;
-    int err;
+    int (*fn)(void *arg); /* -1 with errno on failure */
+    void *arg;
+    int rc, err;
 };
 
-static void *open_thread(void *arg)
+static void *in_netns_thread(void *arg)
 {
-    struct open_in *o = arg;
+    struct in_netns *w = arg;
     /* This thread alone enters the namespace; it ends right after. */
-    if (o->netns_fd >= 0 && setns(o->netns_fd, CLONE_NEWNET) < 0) {
-        o->err = errno;
+    if (w->netns_fd >= 0 && setns(w->netns_fd, CLONE_NEWNET) < 0) {
+        w->rc = -1;
+        w->err = errno;
         return NULL;
     }
-    o->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-    if (o->fd < 0)
-        o->err = errno;
+    w->rc = w->fn(w->arg);
+    w->err = errno;
     return NULL;
 }
 
-static int nl_open(int netns_fd, struct sl_error *err)
+/* fn(arg) run in the namespace netns_fd (-1: here, on this thread); its
+ * result, errno set from it. */
+static int run_in_netns(int netns_fd, int (*fn)(void *arg), void *arg, struct sl_error *err)
 {
-    struct open_in o = {.netns_fd = netns_fd, .fd = -1};
+    struct in_netns w = {.netns_fd = netns_fd, .fn = fn, .arg = arg};
     if (netns_fd < 0) {
-        open_thread(&o);
+        in_netns_thread(&w);
     } else {
         pthread_t t;
-        int rc = pthread_create(&t, NULL, open_thread, &o);
+        int rc = pthread_create(&t, NULL, in_netns_thread, &w);
         if (rc != 0) {
             errno = rc;
             return sl_error_errno(err, SL_E_RUNTIME, "cannot start the netlink thread");
         }
         pthread_join(t, NULL);
     }
-    if (o.fd < 0) {
-        errno = o.err;
+    errno = w.err;
+    return w.rc;
+}
+
+static int open_socket(void *arg)
+{
+    (void)arg;
+    return socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+}
+
+static int nl_open(int netns_fd, struct sl_error *err)
+{
+    int fd = run_in_netns(netns_fd, open_socket, NULL, err);
+    if (fd < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "cannot open a netlink socket in the namespace");
-    }
-    return o.fd;
+    return fd;
 }
 
 /* ---- building a message ---------------------------------------------------- */
@@ -283,45 +297,21 @@ int sl_nl_link_del(int netns_fd, const char *ifname, struct sl_error *err)
 
 /* ---- names to indexes ------------------------------------------------------- */
 
-struct index_in {
-    int netns_fd;
-    const char *name;
-    int index;
-    int err;
-};
-
-static void *index_thread(void *arg)
+static int name_to_index(void *arg)
 {
-    struct index_in *q = arg;
-    if (q->netns_fd >= 0 && setns(q->netns_fd, CLONE_NEWNET) < 0) {
-        q->err = errno;
-        return NULL;
-    }
-    q->index = (int)if_nametoindex(q->name);
-    if (q->index == 0)
-        q->err = errno;
-    return NULL;
+    unsigned index = if_nametoindex(arg);
+    return index ? (int)index : -1;
 }
 
 /* if_nametoindex asks the calling thread's namespace: asked from a
  * thread of the namespace's own. */
 static int ifindex_in(int netns_fd, const char *ifname, struct sl_error *err)
 {
-    struct index_in q = {.netns_fd = netns_fd, .name = ifname};
-    if (netns_fd < 0) {
-        index_thread(&q);
-    } else {
-        pthread_t t;
-        int rc = pthread_create(&t, NULL, index_thread, &q);
-        if (rc != 0) {
-            errno = rc;
-            return sl_error_errno(err, SL_E_RUNTIME, "cannot start the netlink thread");
-        }
-        pthread_join(t, NULL);
-    }
-    if (q.index > 0)
-        return q.index;
-    errno = q.err ? q.err : ENODEV;
+    int index = run_in_netns(netns_fd, name_to_index, (void *)ifname, err);
+    if (index > 0)
+        return index;
+    if (errno == 0)
+        errno = ENODEV;
     sl_error_errno(err, SL_E_RUNTIME, "no interface '%s'", ifname);
     return -1;
 }
