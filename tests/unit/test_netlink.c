@@ -1,8 +1,10 @@
-/* runtime/netlink.c against the real kernel (needs root; 77 = skipped
- * otherwise): a bridge here, a veth pair from a network namespace a child
- * makes onto it, addresses, links up and a default route, then a TCP
- * connection from inside the namespace to a listener on the bridge's
- * address; the kernel's refusals come back named; everything is removed. */
+/* net/netlink.c against the real kernel (needs root; 77 = skipped
+ * otherwise): the private mode's routed pair, made as net/privnet.c makes
+ * it: a veth from here into a network namespace a child makes, a /32 on
+ * each end, links up, a host route to the sandbox and a default route via
+ * the host's end, then a TCP connection from inside the namespace to a
+ * listener on the host's address; the kernel's refusals come back named;
+ * everything is removed. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,9 +27,10 @@
 #include <cmocka.h>
 
 #include "common/error.h"
-#include "runtime/netlink.h"
+#include "net/netlink.h"
 
-static char bridge[16], host_if[16], peer_if[16];
+static char host_if[16];
+static struct sl_nl here = {.fd = -1}, there = {.fd = -1};
 static pid_t holder = -1;
 static int netns_fd = -1;
 
@@ -58,19 +61,22 @@ static int make_netns(void)
 static int setup(void **state)
 {
     (void)state;
-    snprintf(bridge, sizeof(bridge), "slt-br%05d", (int)(getpid() % 100000));
     snprintf(host_if, sizeof(host_if), "slt-h%05d", (int)(getpid() % 100000));
-    snprintf(peer_if, sizeof(peer_if), "slt-p%05d", (int)(getpid() % 100000));
     netns_fd = make_netns();
-    return netns_fd < 0 ? -1 : 0;
+    struct sl_error err = {0};
+    if (netns_fd < 0 || sl_nl_open(&here, -1, &err) < 0 || sl_nl_open(&there, netns_fd, &err) < 0)
+        return -1;
+    return 0;
 }
 
 static int teardown(void **state)
 {
     (void)state;
     struct sl_error err = {0};
-    sl_nl_link_del(-1, host_if, &err);
-    sl_nl_link_del(-1, bridge, &err);
+    if (here.fd >= 0)
+        sl_nl_link_del(&here, host_if, &err);
+    sl_nl_close(&here);
+    sl_nl_close(&there);
     if (holder > 0) {
         kill(holder, SIGKILL);
         waitpid(holder, NULL, 0);
@@ -110,22 +116,25 @@ static void *dial_thread(void *arg)
     return NULL;
 }
 
-static void a_veth_onto_a_bridge_carries_a_connection(void **state)
+static void a_routed_veth_pair_carries_a_connection(void **state)
 {
     (void)state;
     struct sl_error err = {0};
-    assert_int_equal(sl_nl_bridge_add(bridge, &err), 0);
-    assert_int_equal(sl_nl_addr4_add(-1, bridge, ip4("10.209.0.1"), 24, &err), 0);
-    assert_int_equal(sl_nl_veth_add(host_if, peer_if, netns_fd, &err), 0);
-    assert_int_equal(sl_nl_link_set_master(host_if, bridge, &err), 0);
-    assert_int_equal(sl_nl_link_up(-1, host_if, &err), 0);
+    const uint32_t gw = ip4("10.209.0.1"), addr = ip4("10.209.0.2");
+    /* eth0 at index 2: a new namespace has lo (1) only. */
+    assert_int_equal(sl_nl_veth_add(&here, host_if, "eth0", netns_fd, 2, &err), 0);
+    int host = sl_nl_ifindex(&here, host_if, &err);
+    assert_true(host > 0);
     /* The peer is in the namespace, not here. */
-    assert_true(if_nametoindex(host_if) > 0);
-    assert_int_equal(if_nametoindex(peer_if), 0);
-    assert_int_equal(sl_nl_link_up(netns_fd, "lo", &err), 0);
-    assert_int_equal(sl_nl_link_up(netns_fd, peer_if, &err), 0);
-    assert_int_equal(sl_nl_addr4_add(netns_fd, peer_if, ip4("10.209.0.2"), 24, &err), 0);
-    assert_int_equal(sl_nl_route4_default(netns_fd, ip4("10.209.0.1"), &err), 0);
+    assert_int_equal((int)if_nametoindex(host_if), host);
+    assert_int_equal(sl_nl_ifindex(&there, "eth0", &err), 2);
+    assert_int_equal(sl_nl_addr4_add(&here, host, gw, 32, &err), 0);
+    assert_int_equal(sl_nl_link_up(&here, host, &err), 0);
+    assert_int_equal(sl_nl_route4_add(&here, addr, 32, host, 0, &err), 0);
+    assert_int_equal(sl_nl_link_up(&there, 1, &err), 0);
+    assert_int_equal(sl_nl_addr4_add(&there, 2, addr, 32, &err), 0);
+    assert_int_equal(sl_nl_link_up(&there, 2, &err), 0);
+    assert_int_equal(sl_nl_route4_add(&there, 0, 0, 2, gw, &err), 0);
 
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in at = {.sin_family = AF_INET, .sin_addr.s_addr = ip4("10.209.0.1")};
@@ -150,26 +159,29 @@ static void the_kernels_refusals_come_back_named(void **state)
 {
     (void)state;
     struct sl_error err = {0};
-    /* The same names again: EEXIST, said. */
-    assert_int_equal(sl_nl_bridge_add(bridge, &err), -1);
+    /* The same names and routes again: EEXIST, said. */
+    assert_int_equal(sl_nl_veth_add(&here, host_if, "eth1", netns_fd, 0, &err), -1);
     assert_int_equal(err.errnum, EEXIST);
-    assert_non_null(strstr(err.detail, "cannot create the bridge"));
+    assert_non_null(strstr(err.detail, "cannot create the veth pair"));
     sl_error_clear(&err);
-    assert_int_equal(sl_nl_veth_add(host_if, "eth1", netns_fd, &err), -1);
-    assert_int_equal(err.errnum, EEXIST);
-    sl_error_clear(&err);
-    assert_int_equal(sl_nl_route4_default(netns_fd, ip4("10.209.0.1"), &err), -1);
+    assert_int_equal(sl_nl_route4_add(&there, 0, 0, 2, ip4("10.209.0.1"), &err), -1);
     assert_int_equal(err.errnum, EEXIST);
     sl_error_clear(&err);
     /* Names the kernel could not take are refused before it is asked. */
-    assert_int_equal(sl_nl_bridge_add("a-name-far-too-long", &err), -1);
-    assert_int_equal(sl_nl_link_up(-1, "slt-nothere", &err), -1);
+    assert_int_equal(sl_nl_ifindex(&here, "a-name-far-too-long", &err), -1);
+    assert_int_equal(err.errnum, EINVAL);
+    sl_error_clear(&err);
+    assert_int_equal(sl_nl_ifindex(&here, "slt-nothere", &err), -1);
     assert_int_equal(err.errnum, ENODEV);
+    assert_non_null(strstr(err.detail, "slt-nothere"));
+    sl_error_clear(&err);
+    assert_int_equal(sl_nl_addr4_add(&here, 1, ip4("10.209.0.9"), 33, &err), -1);
+    sl_error_clear(&err);
     /* Removing what is not there is fine; removing the host end takes the
      * peer with it. */
-    assert_int_equal(sl_nl_link_del(-1, "slt-nothere", &err), 0);
-    assert_int_equal(sl_nl_link_del(-1, host_if, &err), 0);
-    assert_int_equal(sl_nl_link_up(netns_fd, peer_if, &err), -1);
+    assert_int_equal(sl_nl_link_del(&here, "slt-nothere", &err), 0);
+    assert_int_equal(sl_nl_link_del(&here, host_if, &err), 0);
+    assert_int_equal(sl_nl_ifindex(&there, "eth0", &err), -1);
     assert_int_equal(err.errnum, ENODEV);
 }
 
@@ -180,7 +192,7 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(a_veth_onto_a_bridge_carries_a_connection),
+        cmocka_unit_test(a_routed_veth_pair_carries_a_connection),
         cmocka_unit_test(the_kernels_refusals_come_back_named),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,4 +1,4 @@
-#include "runtime/netlink.h"
+#include "net/netlink.h"
 
 #include <errno.h>
 #include <net/if.h>
@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "common/cleanup.h"
 
 /* One request: a header, its fixed part, attributes; far below a page. */
 #define MSG_MAX 1024
@@ -26,61 +25,57 @@ struct msg {
     };
 };
 
-/* ---- work in a namespace ------------------------------------------------- */
+/* ---- opening a socket in a namespace ------------------------------------ */
 
 struct in_netns {
     int netns_fd;
-    int (*fn)(void *arg); /* -1 with errno on failure */
-    void *arg;
-    int rc, err;
+    int fd, err;
 };
 
-static void *in_netns_thread(void *arg)
+static void *open_in_netns(void *arg)
 {
     struct in_netns *w = arg;
-    /* This thread alone enters the namespace; it ends right after. */
+    /* This thread alone enters the namespace; it ends right after, and
+     * the socket stays bound to the namespace it was made in. */
     if (w->netns_fd >= 0 && setns(w->netns_fd, CLONE_NEWNET) < 0) {
-        w->rc = -1;
+        w->fd = -1;
         w->err = errno;
         return NULL;
     }
-    w->rc = w->fn(w->arg);
+    w->fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
     w->err = errno;
     return NULL;
 }
 
-/* fn(arg) run in the namespace netns_fd (-1: here, on this thread); its
- * result, errno set from it. */
-static int run_in_netns(int netns_fd, int (*fn)(void *arg), void *arg, struct sl_error *err)
+int sl_nl_open(struct sl_nl *nl, int netns_fd, struct sl_error *err)
 {
-    struct in_netns w = {.netns_fd = netns_fd, .fn = fn, .arg = arg};
+    nl->fd = -1;
+    nl->seq = 0;
+    struct in_netns w = {.netns_fd = netns_fd, .fd = -1};
     if (netns_fd < 0) {
-        in_netns_thread(&w);
+        open_in_netns(&w);
     } else {
         pthread_t t;
-        int rc = pthread_create(&t, NULL, in_netns_thread, &w);
+        int rc = pthread_create(&t, NULL, open_in_netns, &w);
         if (rc != 0) {
             errno = rc;
             return sl_error_errno(err, SL_E_RUNTIME, "cannot start the netlink thread");
         }
         pthread_join(t, NULL);
     }
-    errno = w.err;
-    return w.rc;
-}
-
-static int open_socket(void *arg)
-{
-    (void)arg;
-    return socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
-}
-
-static int nl_open(int netns_fd, struct sl_error *err)
-{
-    int fd = run_in_netns(netns_fd, open_socket, NULL, err);
-    if (fd < 0)
+    if (w.fd < 0) {
+        errno = w.err;
         return sl_error_errno(err, SL_E_RUNTIME, "cannot open a netlink socket in the namespace");
-    return fd;
+    }
+    nl->fd = w.fd;
+    return 0;
+}
+
+void sl_nl_close(struct sl_nl *nl)
+{
+    if (nl->fd >= 0)
+        close(nl->fd);
+    nl->fd = -1;
 }
 
 /* ---- building a message ---------------------------------------------------- */
@@ -127,23 +122,23 @@ static void attr_str(struct msg *m, uint16_t type, const char *s)
 
 /* ---- one exchange ------------------------------------------------------------ */
 
-/* Send m in the namespace and wait for its acknowledgement; the kernel's
- * errno, named with `what`, on refusal. */
-static int nl_call(int netns_fd, struct msg *m, const char *what, struct sl_error *err)
+/* Send m and wait for its acknowledgement; the kernel's errno, named with
+ * `what`, on refusal. A message of the answer that is not the
+ * acknowledgement goes to on_reply (NULL: ignored). */
+static int nl_call(struct sl_nl *nl, struct msg *m, const char *what,
+                   void (*on_reply)(const struct nlmsghdr *h, void *ctx), void *ctx,
+                   struct sl_error *err)
 {
-    _cleanup_close_ int fd = nl_open(netns_fd, err);
-    if (fd < 0)
-        return -1;
-    m->h.nlmsg_seq = 1;
+    m->h.nlmsg_seq = ++nl->seq;
     struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
-    if (sendto(fd, m->buf, m->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
+    if (sendto(nl->fd, m->buf, m->h.nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "%s: netlink send", what);
     union {
         struct nlmsghdr h; /* aligned for the headers read from it */
-        char buf[4096];
+        char buf[8192];
     } reply;
     for (;;) {
-        ssize_t n = recv(fd, reply.buf, sizeof(reply.buf), 0);
+        ssize_t n = recv(nl->fd, reply.buf, sizeof(reply.buf), 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -151,10 +146,14 @@ static int nl_call(int netns_fd, struct msg *m, const char *what, struct sl_erro
         /* NLMSG_OK/NEXT on an int: the length left can go below zero by
          * the alignment of the last message, which an unsigned would not. */
         int left = (int)n;
-        for (struct nlmsghdr *h = &reply.h; NLMSG_OK(h, left);
-             h = NLMSG_NEXT(h, left)) {
-            if (h->nlmsg_type != NLMSG_ERROR)
+        for (struct nlmsghdr *h = &reply.h; NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+            if (h->nlmsg_seq != nl->seq)
+                continue; /* the answer to an earlier call that gave up */
+            if (h->nlmsg_type != NLMSG_ERROR) {
+                if (on_reply)
+                    on_reply(h, ctx);
                 continue;
+            }
             const struct nlmsgerr *e = NLMSG_DATA(h);
             if (e->error == 0)
                 return 0;
@@ -163,8 +162,6 @@ static int nl_call(int netns_fd, struct msg *m, const char *what, struct sl_erro
         }
     }
 }
-
-static int ifindex_in(int netns_fd, const char *ifname, struct sl_error *err);
 
 /* ---- links -------------------------------------------------------------------- */
 
@@ -177,22 +174,35 @@ static bool name_ok(const char *name, struct sl_error *err)
     return false;
 }
 
-int sl_nl_bridge_add(const char *name, struct sl_error *err)
+
+static void take_index(const struct nlmsghdr *h, void *ctx)
 {
-    if (!name_ok(name, err))
-        return -1;
-    struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC, .ifi_flags = IFF_UP, .ifi_change = IFF_UP};
-    struct msg m;
-    msg_init(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof(ifi));
-    attr_str(&m, IFLA_IFNAME, name);
-    struct rtattr *info = nest_begin(&m, IFLA_LINKINFO);
-    attr_str(&m, IFLA_INFO_KIND, "bridge");
-    nest_end(&m, info);
-    return nl_call(-1, &m, "cannot create the bridge", err);
+    if (h->nlmsg_type == RTM_NEWLINK && h->nlmsg_len >= NLMSG_LENGTH(sizeof(struct ifinfomsg)))
+        *(int *)ctx = ((const struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
 }
 
-int sl_nl_veth_add(const char *host_if, const char *peer_if, int peer_netns_fd,
-                   struct sl_error *err)
+int sl_nl_ifindex(struct sl_nl *nl, const char *ifname, struct sl_error *err)
+{
+    if (!name_ok(ifname, err))
+        return -1;
+    struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC};
+    struct msg m;
+    msg_init(&m, RTM_GETLINK, 0, &ifi, sizeof(ifi));
+    attr_str(&m, IFLA_IFNAME, ifname);
+    int index = 0;
+    char what[64];
+    snprintf(what, sizeof(what), "no interface '%s'", ifname);
+    if (nl_call(nl, &m, what, take_index, &index, err) < 0)
+        return -1;
+    if (index <= 0) {
+        errno = ENODEV;
+        return sl_error_errno(err, SL_E_RUNTIME, "%s", what);
+    }
+    return index;
+}
+
+int sl_nl_veth_add(struct sl_nl *nl, const char *host_if, const char *peer_if,
+                   int peer_netns_fd, int peer_index, struct sl_error *err)
 {
     if (!name_ok(host_if, err) || !name_ok(peer_if, err))
         return -1;
@@ -205,7 +215,7 @@ int sl_nl_veth_add(const char *host_if, const char *peer_if, int peer_netns_fd,
     struct rtattr *data = nest_begin(&m, IFLA_INFO_DATA);
     /* The peer: its own ifinfomsg, then its attributes. */
     struct rtattr *peer = nest_begin(&m, VETH_INFO_PEER);
-    struct ifinfomsg pifi = {.ifi_family = AF_UNSPEC};
+    struct ifinfomsg pifi = {.ifi_family = AF_UNSPEC, .ifi_index = peer_index};
     size_t at = NLMSG_ALIGN(m.h.nlmsg_len);
     memcpy(m.buf + at, &pifi, sizeof(pifi));
     m.h.nlmsg_len = (uint32_t)(at + NLMSG_ALIGN(sizeof(pifi)));
@@ -217,41 +227,20 @@ int sl_nl_veth_add(const char *host_if, const char *peer_if, int peer_netns_fd,
     nest_end(&m, peer);
     nest_end(&m, data);
     nest_end(&m, info);
-    return nl_call(-1, &m, "cannot create the veth pair", err);
+    return nl_call(nl, &m, "cannot create the veth pair", NULL, NULL, err);
 }
 
-int sl_nl_link_set_master(const char *ifname, const char *bridge, struct sl_error *err)
+int sl_nl_link_up(struct sl_nl *nl, int index, struct sl_error *err)
 {
-    int index = ifindex_in(-1, ifname, err);
-    int master = index > 0 ? ifindex_in(-1, bridge, err) : -1;
-    if (index <= 0 || master <= 0)
-        return -1;
-    struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC, .ifi_index = index};
-    struct msg m;
-    msg_init(&m, RTM_NEWLINK, 0, &ifi, sizeof(ifi));
-    uint32_t mi = (uint32_t)master;
-    attr_add(&m, IFLA_MASTER, &mi, sizeof(mi));
-    return nl_call(-1, &m, "cannot put the link into the bridge", err);
-}
-
-int sl_nl_link_up(int netns_fd, const char *ifname, struct sl_error *err)
-{
-    int index = ifindex_in(netns_fd, ifname, err);
-    if (index <= 0)
-        return -1;
     struct ifinfomsg ifi = {
         .ifi_family = AF_UNSPEC, .ifi_index = index, .ifi_flags = IFF_UP, .ifi_change = IFF_UP};
     struct msg m;
     msg_init(&m, RTM_NEWLINK, 0, &ifi, sizeof(ifi));
-    return nl_call(netns_fd, &m, "cannot bring the link up", err);
+    return nl_call(nl, &m, "cannot bring the link up", NULL, NULL, err);
 }
 
-int sl_nl_addr4_add(int netns_fd, const char *ifname, uint32_t addr, int prefix,
-                    struct sl_error *err)
+int sl_nl_addr4_add(struct sl_nl *nl, int index, uint32_t addr, int prefix, struct sl_error *err)
 {
-    int index = ifindex_in(netns_fd, ifname, err);
-    if (index <= 0)
-        return -1;
     if (prefix < 0 || prefix > 32)
         return sl_error_set(err, SL_E_RUNTIME, EINVAL, "invalid prefix length %d", prefix);
     struct ifaddrmsg ifa = {.ifa_family = AF_INET,
@@ -262,26 +251,36 @@ int sl_nl_addr4_add(int netns_fd, const char *ifname, uint32_t addr, int prefix,
     msg_init(&m, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, &ifa, sizeof(ifa));
     attr_add(&m, IFA_LOCAL, &addr, sizeof(addr));
     attr_add(&m, IFA_ADDRESS, &addr, sizeof(addr));
-    return nl_call(netns_fd, &m, "cannot add the address", err);
+    return nl_call(nl, &m, "cannot add the address", NULL, NULL, err);
 }
 
-int sl_nl_route4_default(int netns_fd, uint32_t gateway, struct sl_error *err)
+int sl_nl_route4_add(struct sl_nl *nl, uint32_t dst, int prefix, int index, uint32_t gateway,
+                     struct sl_error *err)
 {
+    if (prefix < 0 || prefix > 32)
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "invalid prefix length %d", prefix);
     struct rtmsg rt = {.rtm_family = AF_INET,
+                       .rtm_dst_len = (unsigned char)prefix,
                        .rtm_table = RT_TABLE_MAIN,
                        .rtm_protocol = RTPROT_STATIC,
-                       .rtm_scope = RT_SCOPE_UNIVERSE,
-                       .rtm_type = RTN_UNICAST};
+                       .rtm_scope = gateway ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK,
+                       .rtm_type = RTN_UNICAST,
+                       .rtm_flags = gateway ? RTNH_F_ONLINK : 0};
     struct msg m;
     msg_init(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, &rt, sizeof(rt));
-    attr_add(&m, RTA_GATEWAY, &gateway, sizeof(gateway));
-    return nl_call(netns_fd, &m, "cannot add the default route", err);
+    if (prefix > 0)
+        attr_add(&m, RTA_DST, &dst, sizeof(dst));
+    uint32_t oif = (uint32_t)index;
+    attr_add(&m, RTA_OIF, &oif, sizeof(oif));
+    if (gateway)
+        attr_add(&m, RTA_GATEWAY, &gateway, sizeof(gateway));
+    return nl_call(nl, &m, "cannot add the route", NULL, NULL, err);
 }
 
-int sl_nl_link_del(int netns_fd, const char *ifname, struct sl_error *err)
+int sl_nl_link_del(struct sl_nl *nl, const char *ifname, struct sl_error *err)
 {
     struct sl_error lookup = {0};
-    int index = ifindex_in(netns_fd, ifname, &lookup);
+    int index = sl_nl_ifindex(nl, ifname, &lookup);
     if (index <= 0) {
         if (lookup.errnum == ENODEV)
             return 0;
@@ -292,26 +291,10 @@ int sl_nl_link_del(int netns_fd, const char *ifname, struct sl_error *err)
     struct ifinfomsg ifi = {.ifi_family = AF_UNSPEC, .ifi_index = index};
     struct msg m;
     msg_init(&m, RTM_DELLINK, 0, &ifi, sizeof(ifi));
-    return nl_call(netns_fd, &m, "cannot remove the link", err);
-}
-
-/* ---- names to indexes ------------------------------------------------------- */
-
-static int name_to_index(void *arg)
-{
-    unsigned index = if_nametoindex(arg);
-    return index ? (int)index : -1;
-}
-
-/* if_nametoindex asks the calling thread's namespace: asked from a
- * thread of the namespace's own. */
-static int ifindex_in(int netns_fd, const char *ifname, struct sl_error *err)
-{
-    int index = run_in_netns(netns_fd, name_to_index, (void *)ifname, err);
-    if (index > 0)
-        return index;
-    if (errno == 0)
-        errno = ENODEV;
-    sl_error_errno(err, SL_E_RUNTIME, "no interface '%s'", ifname);
+    struct sl_error del = {0};
+    if (nl_call(nl, &m, "cannot remove the link", NULL, NULL, &del) == 0 || del.errnum == ENODEV)
+        return 0; /* gone meanwhile, with its namespace */
+    if (err)
+        *err = del;
     return -1;
 }
