@@ -110,6 +110,7 @@ int main(void)
     struct sl_service *svc = NULL; /* owns store, registry, runtime once open */
     struct sl_http *http = NULL;
     struct ws_image image = {0}; /* mounted: unmounted last, after every sandbox is gone */
+    struct launch_private private_net = {0}; /* closed after the runtime */
     _cleanup_free_ char *warnings = NULL;
 
     if (sl_config_load(&cfg, NULL, &err) < 0) {
@@ -246,6 +247,16 @@ int main(void)
         goto out;
     }
     struct sl_rt_options rto = launch_runtime_options(&cfg, init_path, cfg.workspace_root);
+    if (strcmp(cfg.network_mode, "private") == 0) {
+        if (launch_private_open(&cfg, &private_net, &err) < 0) {
+            failure = "ConfigError";
+            goto out;
+        }
+        rto.privnet = private_net.net;
+        rto.resolv_conf = private_net.resolv_conf;
+        sl_info("private network %s (the sandboxes' resolver at its first address)",
+                sl_privnet_cidr(private_net.net));
+    }
     if (sl_rt_open(&rto, &runtime, &err) < 0) {
         failure = "IsolationError";
         goto out;
@@ -257,6 +268,7 @@ int main(void)
                                    .store = store,
                                    .registry = registry,
                                    .runtime = runtime,
+                                   .privnet = private_net.net,
                                    .blobstore = blobstore};
     svc = sl_service_open(&deps, &err);
     if (!svc) {
@@ -314,6 +326,7 @@ out:
     sl_service_close(svc);
     if (runtime)
         sl_rt_close(runtime);
+    launch_private_close(&private_net);
     if (registry)
         registry->ops->close(registry);
     if (blobstore)

@@ -57,6 +57,9 @@
  * API forwards the request there (api/forward.c); it never reaches a client
  * (were it to, it is a 503). */
 #define SL_E_OWNED_ELSEWHERE "SANDBOX_OWNED_ELSEWHERE"
+#define SL_E_EGRESS_POLICY_INVALID "EGRESS_POLICY_INVALID"       /* 422, ours */
+#define SL_E_EGRESS_UNSUPPORTED "EGRESS_POLICY_UNSUPPORTED"     /* 409, ours: not private mode */
+#define SL_E_EGRESS_NOT_INSTALLED "EGRESS_POLICY_NOT_INSTALLED" /* 503, ours: cut off */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
 struct sl_error_owner {

@@ -89,7 +89,8 @@ struct config_var {
 
 static const char *const levels[] = {"auto", "basic", "standard", "strict", "1", "2", "3", NULL};
 static const char *const features[] = {"cgroup_namespace", "pid_namespace", NULL};
-static const char *const network_modes[] = {"host", "isolated", NULL};
+static const char *const network_modes[] = {"host", "isolated", "private", NULL};
+static const char *const egress_defaults[] = {"allow", "deny", NULL};
 static const char *const snapshot_modes[] = {"auto", "always", "never", NULL};
 static const char *const environments[] = {"local", "staging", "prod", NULL};
 static const char *const toolchain_names[] = {"go", "java", "node", "python", "rust", NULL};
@@ -286,6 +287,11 @@ static const struct config_var config_vars[] = {
            "IP address or CIDR network", F_IP | F_CIDR),
     V_LIST("SANDBOX_EGRESS_ALLOWED_LITERALS", egress_allowed_literals, "", NULL,
            "IP address", F_IP),
+    /* Ours: the rest of the worker's default egress policy (private mode). */
+    V_CHOICE("SANDBOX_EGRESS_DEFAULT", egress_default, "allow", egress_defaults),
+    V_LIST("SANDBOX_EGRESS_ALLOWED_DOMAINS", egress_allowed_domains, "", NULL, NULL, F_LOWER),
+    V_STR("SANDBOX_PRIVATE_NETWORK_CIDR", private_network_cidr, "10.201.0.0/16", 0),
+    V_LIST("SANDBOX_DNS_SERVERS", dns_servers, "", NULL, NULL, 0),
 
     /* 2.8 plugins and telemetry */
     V_BACKEND("SANDBOX_CREDENTIAL_BROKER", credential_broker, "disabled", credential_brokers),
@@ -1094,12 +1100,16 @@ static int config_check(struct sl_config *cfg, struct sl_error *err)
                                 "SANDBOX_ADVERTISE_HOST: must be set to a non-loopback host "
                                 "outside the local environment");
     }
-    /* The native runtime cannot enforce address filters; accepting the lists
-     * would promise a boundary that does not exist (RUNTIME.md §12). */
-    if (cfg->egress_denied_addresses.len > 0 || cfg->egress_allowed_literals.len > 0)
+    /* In the host network mode nothing can enforce address filters;
+     * accepting the lists would promise a boundary that does not exist
+     * (RUNTIME.md §12). The private mode enforces them (net/privnet.c), and
+     * an isolated sandbox reaches no address at all. */
+    if (strcmp(cfg->network_mode, "host") == 0 &&
+        (cfg->egress_denied_addresses.len > 0 || cfg->egress_allowed_literals.len > 0))
         return sl_error_set(err, SL_E_CONFIG, 0,
-                            "SANDBOX_EGRESS_POLICY_UNSUPPORTED: %s is set but this execution "
-                            "backend cannot enforce egress address policy",
+                            "SANDBOX_EGRESS_POLICY_UNSUPPORTED: %s is set but the host network "
+                            "mode cannot enforce egress address policy (SANDBOX_NETWORK_MODE="
+                            "private can)",
                             cfg->egress_denied_addresses.len > 0
                                 ? "SANDBOX_EGRESS_DENIED_ADDRESSES"
                                 : "SANDBOX_EGRESS_ALLOWED_LITERALS");

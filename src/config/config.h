@@ -52,7 +52,7 @@ struct sl_config {
     char *isolation_level; /* normalised: auto|basic|standard|strict|1|2|3 */
     struct sl_strlist isolation_required_features; /* lower-cased, de-duplicated, sorted */
     struct sl_strlist isolation_optional_features;
-    char *network_mode;      /* host|isolated */
+    char *network_mode;      /* host|isolated|private */
     char *execution_backend; /* lower-cased */
     char *bubblewrap_path, *setpriv_path, *prlimit_path; /* accepted, ignored (COMPAT §1) */
     char *bash_path;
@@ -141,6 +141,10 @@ struct sl_config {
     char *no_proxy;
     struct sl_strlist egress_denied_addresses;
     struct sl_strlist egress_allowed_literals;
+    char *egress_default;                      /* allow|deny (private mode) */
+    struct sl_strlist egress_allowed_domains;  /* domain rules allowed by default */
+    char *private_network_cidr;                /* the worker's sandbox subnet */
+    struct sl_strlist dns_servers;             /* the private resolver's upstreams */
 
     /* 2.8 plugins and telemetry */
     char *credential_broker;

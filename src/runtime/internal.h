@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdbool.h>
 
+#include "net/privnet.h"
 #include "runtime/cgroup.h"
 #include "runtime/runtime.h"
 #include "runtime/spawn.h"
@@ -53,6 +54,7 @@ struct rt_session {
      * sessions_lock): a later command with others writes them again, so a
      * tenant's changed ceiling reaches a session that is running. */
     struct sl_rt_caps caps;
+    int net_slot; /* its private network (sl_privnet_detach), -1: none */
 };
 
 /* ---- supervision (supervise.c) ---- */
@@ -91,6 +93,7 @@ struct sl_rt_exec {
     struct rt_session *session; /* NULL for one-shot */
     int status_fd;
     int32_t wstatus;
+    int net_slot; /* one-shot, private network mode: detached when it ends; -1 none */
     /* state */
     bool exited, got_status;
     int phase;
@@ -131,6 +134,7 @@ struct sl_runtime {
     struct sl_rt_profile profile;
     int level;
     bool net_ns;
+    struct sl_privnet *privnet; /* private network mode (not owned) */
     bool warm_sessions;
     atomic_int running;
     atomic_uint_fast64_t exec_seq; /* names execution cgroups */
@@ -161,8 +165,8 @@ int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
  * uid's cgroup (session_fd: see sl_spawn_request). */
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
              const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
-             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
-             struct sl_error *err);
+             const struct sl_egress_policy *egress, int64_t deadline_us, int session_fd,
+             struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err);
 
 /* Send x's request to the uid's warm session (started if needed); on
  * success x holds the session, its pipes and status socket, and with

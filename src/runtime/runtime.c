@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/cleanup.h"
+#include "common/log.h"
 #include "common/syscalls.h"
 #include "runtime/cgroup.h"
 #include "runtime/seccomp.h"
@@ -53,14 +54,46 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
 /* The child sees the host under /oldroot while it builds its tree. */
 #define OLDROOT_PREFIX "/oldroot"
 
+struct net_attach {
+    struct sl_runtime *rt;
+    uid_t uid;
+    const struct sl_egress_policy *egress;
+    int slot;
+};
+
+/* Before the sandbox goes on: its network namespace gets its link. A
+ * failure leaves it with loopback only (the privnet keeps why, for the
+ * sandbox's status): no network, never an open one. */
+static int attach_network(void *ctx, pid_t pid, struct sl_error *err)
+{
+    (void)err;
+    struct net_attach *a = ctx;
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)pid);
+    struct sl_error why = {0};
+    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        sl_error_errno(&why, SL_E_RUNTIME, "cannot open the sandbox's network namespace");
+        sl_warn("sandbox uid %u has no network: %s", (unsigned)a->uid, sl_error_text(&why));
+        return 0;
+    }
+    a->slot = sl_privnet_attach(a->rt->privnet, a->uid, fd, a->egress, &why);
+    if (why.code)
+        sl_warn("sandbox uid %u has no network: %s", (unsigned)a->uid, sl_error_text(&why));
+    return 0;
+}
+
 /* Spawn sandloom-init into the runtime's namespaces, placed in the uid's
  * cgroups before it runs, with the template trees of `mounts`. */
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
                         char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
-                        size_t nmounts, const struct sl_rt_caps *caps, int64_t deadline_us,
+                        size_t nmounts, const struct sl_rt_caps *caps,
+                        const struct sl_egress_policy *egress, int64_t deadline_us,
                         int session_fd, int exec_cg_fd, struct sl_spawn_proc *proc,
-                        struct sl_error *err)
+                        int *net_slot, struct sl_error *err)
 {
+    if (net_slot)
+        *net_slot = -1;
     static char *const no_env[] = {NULL};
     /* Everything the child reads is prepared here: it may not allocate. */
     _cleanup_free_ struct sl_spawn_mount *smounts =
@@ -98,6 +131,11 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
     if (ncg < 0)
         return -1;
     sreq.cgroup_fds = cgfds;
+    struct net_attach attach = {.rt = rt, .uid = uid, .egress = egress, .slot = -1};
+    if (rt->privnet) {
+        sreq.before_go = attach_network;
+        sreq.before_go_ctx = &attach;
+    }
     /* Last, after the sandbox's own: the command's cgroup, a child of the
      * sandbox's in its hierarchy (a one-shot run's launcher is the command). */
     sreq.n_cgroup_fds = (size_t)ncg + (exec_cg_fd >= 0);
@@ -106,16 +144,20 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
     int started = sl_spawn_start(&rt->layout, &sreq, proc, err);
     for (int i = 0; i < ncg; i++)
         close(cgfds[i]);
+    if (started < 0 || !net_slot)
+        sl_privnet_detach(rt->privnet, attach.slot); /* no-op for -1 */
+    else
+        *net_slot = attach.slot;
     return started;
 }
 
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
              const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
-             int64_t deadline_us, int session_fd, struct sl_spawn_proc *proc,
-             struct sl_error *err)
+             const struct sl_egress_policy *egress, int64_t deadline_us, int session_fd,
+             struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err)
 {
-    return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, caps, deadline_us,
-                        session_fd, -1, proc, err);
+    return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, caps, egress,
+                        deadline_us, session_fd, -1, proc, net_slot, err);
 }
 
 /* One-shot: the launcher is sandloom-init itself, built for this one
@@ -139,8 +181,8 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
     if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
-                     req->nmounts, &req->caps, x->deadline_us, -1, x->cg_procs_fd, &x->proc,
-                     &spawn_err) < 0) {
+                     req->nmounts, &req->caps, req->egress, x->deadline_us, -1, x->cg_procs_fd,
+                     &x->proc, &x->net_slot, &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */
@@ -490,7 +532,8 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     atomic_init(&rt->running, 0);
     pthread_mutex_init(&rt->sessions_lock, NULL);
-    rt->net_ns = opt->network_isolated;
+    rt->net_ns = opt->network_isolated || opt->privnet;
+    rt->privnet = opt->privnet;
     rt->warm_sessions = opt->warm_sessions;
     if (rt_supervisor_start(rt, err) < 0) {
         rt_supervisor_stop(rt);
@@ -556,7 +599,8 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     sl_cgroup_remove(rt->cgroups, opt->probe_uid);
     pr->pid_namespace = (rt->ns & NS_PID) != 0;
     pr->cgroup_namespace = (rt->ns & NS_CGROUP) != 0;
-    pr->network_isolated = rt->net_ns;
+    pr->network_isolated = opt->network_isolated;
+    pr->network_private = opt->privnet != NULL;
     pr->seccomp_policy = SL_SECCOMP_POLICY_NAME;
     *out = rt;
     return 0;

@@ -24,6 +24,9 @@
 #include "common/error.h"
 #include "common/util.h"
 
+struct sl_privnet;
+struct sl_egress_policy;
+
 struct sl_rt_options {
     const char *init_path;                     /* sandloom-init binary (static) */
     const struct sl_strlist *readonly_mounts;  /* host trees bound read-only at the same path */
@@ -32,6 +35,11 @@ struct sl_rt_options {
     int64_t tmpfs_bytes;                       /* size of /tmp */
     int64_t cpu_seconds, max_processes, max_open_files, max_file_size_bytes; /* rlimits */
     bool network_isolated;                     /* SANDBOX_NETWORK_MODE=isolated */
+    /* SANDBOX_NETWORK_MODE=private: every sandbox namespace gets its own
+     * network namespace, and this gives it a link and its egress policy
+     * (owned by the caller; outlives the runtime). */
+    struct sl_privnet *privnet;
+    const char *resolv_conf;                   /* private: shown at /etc/resolv.conf */
     const char *requested_level;               /* auto|basic|standard|strict|1|2|3 */
     const char *probe_root;                    /* dir for the probe sandbox (created, removed) */
     uid_t probe_uid;                           /* SANDBOX_UID_START */
@@ -52,6 +60,7 @@ struct sl_rt_profile {
     bool supported[3];            /* basic, standard, strict */
     char probe_failure[3][512];   /* detail per failed level, "" if passed */
     bool pid_namespace, cgroup_namespace, network_isolated;
+    bool network_private; /* SANDBOX_NETWORK_MODE=private */
     char enabled_additions[2][24]; /* sorted; features added on top of the level */
     size_t n_additions;
     char skipped_optional[2][24];  /* optional additions that failed their probe */
@@ -91,6 +100,10 @@ struct sl_rt_exec_request {
         int64_t memory_bytes, pids;
         double cpus;
     } caps;
+    /* Private network mode: the sandbox's egress policy when it starts a
+     * network namespace (NULL: the worker's default). A running session
+     * gets a changed one from sl_privnet_set_policy, not from here. */
+    const struct sl_egress_policy *egress;
 };
 
 struct sl_rt_exec_result {

@@ -45,9 +45,11 @@ static void session_kill_and_reap(struct rt_session *s)
     }
 }
 
-static void session_free(struct rt_session *s)
+static void session_free(struct sl_runtime *rt, struct rt_session *s)
 {
     session_kill_and_reap(s);
+    if (rt->privnet)
+        sl_privnet_detach(rt->privnet, s->net_slot);
     if (s->spare_cg_seq && s->cgroups)
         sl_cgroup_exec_remove(s->cgroups, s->uid, s->spare_cg_seq);
     rt_mount_set_free(&s->mounts);
@@ -72,7 +74,7 @@ static void session_put(struct sl_runtime *rt, struct rt_session *s)
     bool free_it = --s->refs == 0 && s->dead;
     pthread_mutex_unlock(&rt->sessions_lock);
     if (free_it)
-        session_free(s);
+        session_free(rt, s);
 }
 
 static bool session_alive(const struct rt_session *s)
@@ -83,7 +85,9 @@ static bool session_alive(const struct rt_session *s)
 
 static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
                                         const struct sl_rt_mount *mounts, size_t nmounts,
-                                        const struct sl_rt_caps *caps, struct sl_error *err)
+                                        const struct sl_rt_caps *caps,
+                                        const struct sl_egress_policy *egress,
+                                        struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -92,13 +96,13 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     }
     s->uid = uid;
     s->cgroups = rt->cgroups;
-    s->pidfd = s->ctl_fd = -1;
+    s->pidfd = s->ctl_fd = s->net_slot = -1;
     snprintf(s->root, sizeof(s->root), "%s", root);
     pthread_mutex_init(&s->write_lock, NULL);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: socketpair");
-        session_free(s);
+        session_free(rt, s);
         return NULL;
     }
     char fdtext[16];
@@ -108,16 +112,16 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     if (rt_mount_set_copy(&s->mounts, mounts, nmounts) < 0) {
         close(sv[0]);
         close(sv[1]);
-        session_free(s);
+        session_free(rt, s);
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts, caps,
-                      sl_mono_us() + SESSION_START_TIMEOUT_US, sv[1], &proc, err);
+    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts, caps, egress,
+                      sl_mono_us() + SESSION_START_TIMEOUT_US, sv[1], &proc, &s->net_slot, err);
     close(sv[1]);
     if (rc < 0) {
         close(sv[0]);
-        session_free(s);
+        session_free(rt, s);
         return NULL;
     }
     /* init's own stdout/stderr: it writes nothing there in session mode. */
@@ -157,7 +161,9 @@ static void session_recap(struct sl_runtime *rt, struct rt_session *s,
  * active taken. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
                                       const struct sl_rt_mount *mounts, size_t nmounts,
-                                      const struct sl_rt_caps *caps, struct sl_error *err)
+                                      const struct sl_rt_caps *caps,
+                                      const struct sl_egress_policy *egress,
+                                      struct sl_error *err)
 {
     pthread_mutex_lock(&rt->sessions_lock);
     for (size_t i = 0; i < rt->n_sessions; i++) {
@@ -176,14 +182,14 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
         table_remove(rt, s);
         if (s->refs == 0) {
             pthread_mutex_unlock(&rt->sessions_lock);
-            session_free(s);
+            session_free(rt, s);
             pthread_mutex_lock(&rt->sessions_lock);
         }
         break;
     }
     /* Start under the lock: two first executions of one sandbox must not
      * start two sessions. Starting is one sandbox build (milliseconds). */
-    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, err);
+    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, egress, err);
     if (s && caps)
         s->caps = *caps;
     if (s) {
@@ -192,7 +198,7 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
             struct rt_session **n = realloc(rt->sessions, cap * sizeof(*n));
             if (!n) {
                 pthread_mutex_unlock(&rt->sessions_lock);
-                session_free(s);
+                session_free(rt, s);
                 sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
                 return NULL;
             }
@@ -359,7 +365,7 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
     for (int attempt = 0; attempt < 2; attempt++) {
         struct rt_session *s =
             session_get(rt, req->sandbox_root, req->uid, req->mounts, req->nmounts, &req->caps,
-                        err);
+                        req->egress, err);
         if (!s)
             return -1;
         /* Templates attached or detached since the session started: its

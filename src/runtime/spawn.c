@@ -439,6 +439,22 @@ static int layout_add_python(struct sl_spawn_layout *lay, const char *prefix, st
     return 0;
 }
 
+/* The private network's resolver, at /etc/resolv.conf: where the host's
+ * file is a symlink (systemd-resolved's stub), at the path it resolves to,
+ * which is what a sandbox reading /etc/resolv.conf reads. */
+static int layout_add_resolv_conf(struct sl_spawn_layout *lay, const char *file,
+                                  struct sl_error *err)
+{
+    if (!file)
+        return 0;
+    _cleanup_free_ char *target = realpath("/etc/resolv.conf", NULL);
+    const char *inside = target ? target : "/etc/resolv.conf";
+    if (layout_add_bind(lay, file, inside, false) < 0)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    qsort(lay->ro, lay->nro, sizeof(*lay->ro), bind_cmp);
+    return 0;
+}
+
 static rlim_t clamp_limit(int resource, int64_t want)
 {
     struct rlimit cur;
@@ -497,7 +513,8 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
         goto fail;
     }
     if (layout_add_readonly(lay, opt->readonly_mounts, err) < 0 ||
-        layout_add_python(lay, opt->python_prefix, err) < 0)
+        layout_add_python(lay, opt->python_prefix, err) < 0 ||
+        layout_add_resolv_conf(lay, opt->resolv_conf, err) < 0)
         goto fail;
     static const char *const fixed_dirs[] = {
         "/dev",
@@ -1207,6 +1224,10 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
             kill_and_reap(pidfd);
             goto out;
         }
+    }
+    if (req->before_go && req->before_go(req->before_go_ctx, pid, err) < 0) {
+        kill_and_reap(pidfd);
+        goto out;
     }
     if (send(sync[1], "x", 1, MSG_NOSIGNAL) != 1) {
         sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: cannot start the child");

@@ -74,6 +74,11 @@ struct sl_spawn_request {
     size_t n_cgroup_fds;
     const struct sl_spawn_mount *mounts; /* template trees, after the persistent dirs */
     size_t nmounts;
+    /* Called in the parent once the child is in its namespaces and
+     * cgroups and before it goes on (net/privnet.c gives its network
+     * namespace a link there); -1 kills the child and fails the start. */
+    int (*before_go)(void *ctx, pid_t pid, struct sl_error *err);
+    void *before_go_ctx;
 };
 
 struct sl_spawn_proc {

@@ -306,6 +306,10 @@ static void finish(struct sl_rt_exec *x)
         }
         close_fd(&x->proc.pidfd);
     }
+    if (rt->privnet && x->net_slot >= 0) {
+        sl_privnet_detach(rt->privnet, x->net_slot); /* its namespace is gone */
+        x->net_slot = -1;
+    }
     bool session_broken = false;
     if (x->session) {
         if (x->status_fd >= 0) {
@@ -622,6 +626,7 @@ struct sl_rt_exec *rt_exec_new(struct sl_runtime *rt, const struct sl_rt_exec_re
     atomic_init(&x->refs, 1);
     x->out_fd = x->err_fd = x->timer_fd = x->status_fd = x->cg_procs_fd = -1;
     x->proc.pidfd = x->proc.out_fd = x->proc.err_fd = -1;
+    x->net_slot = -1;
     x->uid = req->uid;
     x->done = done;
     x->ctx = ctx;

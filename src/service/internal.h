@@ -62,6 +62,7 @@ struct sl_service {
     struct sl_store *store;
     struct sl_registry *registry;
     struct sl_runtime *runtime;
+    struct sl_privnet *privnet; /* private network mode, else NULL (not owned) */
     struct sl_blobstore *blobstore; /* NULL: templates stay on this worker */
 
     /* Sized like the registry entry and the SQL columns they end up in. */

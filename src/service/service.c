@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "net/privnet.h"
 #include "runtime/env.h"
 #include "service/internal.h"
 
@@ -74,7 +75,9 @@ static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile
     const struct sl_config *cfg = svc->cfg;
     char suffix[128];
     int n = snprintf(suffix, sizeof(suffix), "-%s-%s", p->selected_level,
-                     p->network_isolated ? "net-none" : "net-host");
+                     p->network_private    ? "net-private"
+                     : p->network_isolated ? "net-none"
+                                           : "net-host");
     for (size_t i = 0; i < p->n_additions; i++)
         n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "%s%s", i ? "-" : "-with-",
                       p->enabled_additions[i]);
@@ -191,8 +194,13 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "overlay", json_false());
     json_object_set_new(caps, "pid_namespace", json_boolean(p->pid_namespace));
     json_object_set_new(caps, "cgroup_namespace", json_boolean(p->cgroup_namespace));
-    json_object_set_new(caps, "network_namespace", json_boolean(p->network_isolated));
-    json_object_set_new(caps, "egress_address_filter", json_false());
+    json_object_set_new(caps, "network_namespace",
+                        json_boolean(p->network_isolated || p->network_private));
+    /* Ours: the mode, and the private mode's subnet. */
+    json_object_set_new(caps, "network_mode", json_string(cfg->network_mode));
+    if (svc->privnet)
+        json_object_set_new(caps, "private_network", json_string(sl_privnet_cidr(svc->privnet)));
+    json_object_set_new(caps, "egress_address_filter", json_boolean(p->network_private));
     /* Quotas are reported true only when the kernel really enforces them
      * (COMPAT.md §2); the reference reports all false. */
     json_t *rc = json_pack(
@@ -265,6 +273,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->store = deps->store;
     svc->registry = deps->registry;
     svc->runtime = deps->runtime;
+    svc->privnet = deps->privnet;
     svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->quota_lock, NULL);

@@ -37,6 +37,7 @@ struct sl_service_deps {
     struct sl_registry *registry; /* owned by the service after open */
     struct sl_runtime *runtime;   /* owned by the service after open */
     struct sl_blobstore *blobstore; /* NULL = no object store; owned after open */
+    struct sl_privnet *privnet;   /* private network mode, else NULL; not owned, outlives it */
 };
 
 struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl_error *err);

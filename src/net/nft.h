@@ -1,0 +1,29 @@
+/* nftables from this process, through libnftables (the library the `nft`
+ * command is built on): a command text in, the kernel's answer out, with
+ * no process started. A batch of commands in one call is one netlink
+ * transaction, applied whole or not at all, which is what lets a policy
+ * change replace a sandbox's rules with no moment in between.
+ *
+ * One context per owner, used under the owner's lock (libnftables keeps a
+ * cache and buffers in it and is not thread-safe). */
+#ifndef SL_NET_NFT_H
+#define SL_NET_NFT_H
+
+#include <jansson.h>
+
+#include "common/error.h"
+
+struct sl_nft;
+
+int sl_nft_open(struct sl_nft **out, struct sl_error *err);
+void sl_nft_close(struct sl_nft *n);
+
+/* Run `cmds` (nft syntax, one transaction). On failure err carries
+ * `what` and nft's first error line, SANDBOX_RUNTIME_ERROR. */
+int sl_nft_run(struct sl_nft *n, const char *cmds, const char *what, struct sl_error *err);
+
+/* Run a list command with JSON output; *out is the parsed "nftables"
+ * array (the caller's reference). ENOENT when the object does not exist. */
+int sl_nft_list_json(struct sl_nft *n, const char *cmd, json_t **out, struct sl_error *err);
+
+#endif

@@ -1,0 +1,790 @@
+#include "net/privnet.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/util.h"
+#include "net/netlink.h"
+#include "net/nft.h"
+
+/* Addresses a domain rule keeps for a policy change to put back into the
+ * new rules' sets (the kernel's sets hold them all; this is a copy of the
+ * newest). */
+#define LEARNED_MAX 256
+/* Elements of one domain rule's set: a sandbox cannot grow kernel memory
+ * without bound by resolving names under a wildcard. */
+#define DOMAIN_SET_SIZE 4096
+/* Learned addresses live at least this long (a TTL of 0 would expire
+ * between the answer and the connection). */
+#define LEARN_MIN_SECONDS 5
+#define LEARN_MAX_SECONDS 86400
+
+/* Never reachable from a sandbox, whatever its policy: "this" network,
+ * loopback, link-local (169.254.169.254 and the other metadata
+ * endpoints), IETF protocol assignments, multicast, reserved and
+ * broadcast; the worker's own subnet (other sandboxes) is added. */
+static const char NEVER[] = "0.0.0.0/8, 127.0.0.0/8, 169.254.0.0/16, 192.0.0.0/24, 224.0.0.0/3";
+/* Private ranges: reachable only when an allow rule names them. */
+static const char PRIVATE[] =
+    "10.0.0.0/8, 100.64.0.0/10, 172.16.0.0/12, 192.168.0.0/16, 198.18.0.0/15";
+
+struct learned {
+    char name[SL_EGRESS_DOMAIN_MAX + 1];
+    uint32_t addr;
+    int64_t expires_us;
+};
+
+struct slot {
+    bool used, attached;
+    uid_t uid;
+    uint64_t seq;
+    char ifname[SL_NL_IFNAME_MAX + 1];
+    struct sl_egress_policy policy; /* installed (or being installed) */
+    size_t n_sets;                  /* domain sets of the installed chain */
+    uint64_t refused;
+    char error[256];
+    struct learned *learned;        /* ring of LEARNED_MAX, NULL until the first */
+    size_t n_learned, next_learned;
+};
+
+struct sl_privnet {
+    pthread_mutex_t lock;
+    struct sl_nft *nft;
+    char cidr[24], table[24], prefix[8];
+    uint32_t base;   /* host order, the subnet's first address */
+    uint32_t gw;     /* network order: base + 1 */
+    size_t max_slots;
+    struct slot *slots;
+    size_t n_slots;
+    uint64_t seq;
+    struct sl_egress_policy dflt;
+};
+
+/* FNV-1a: a tag from the subnet's text, stable across restarts. */
+static uint32_t text_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 16777619u;
+    return h;
+}
+
+static uint32_t slot_addr(const struct sl_privnet *net, size_t slot)
+{
+    return htonl(net->base + 2 + (uint32_t)slot);
+}
+
+static void addr_text(uint32_t a, char *out)
+{
+    inet_ntop(AF_INET, &a, out, INET_ADDRSTRLEN);
+}
+
+/* ---- nftables text ---------------------------------------------------------- */
+
+struct text {
+    char *buf;
+    size_t len;
+    FILE *f;
+};
+
+static int text_open(struct text *t)
+{
+    t->buf = NULL;
+    t->len = 0;
+    t->f = open_memstream(&t->buf, &t->len);
+    return t->f ? 0 : -1;
+}
+
+static char *text_close(struct text *t)
+{
+    if (fclose(t->f) != 0) {
+        free(t->buf);
+        return NULL;
+    }
+    return t->buf;
+}
+
+static void ports_text(const struct sl_egress_rule *r, char *out, size_t size)
+{
+    if (!r->port_lo)
+        out[0] = '\0';
+    else if (r->port_lo == r->port_hi)
+        snprintf(out, size, " meta l4proto { tcp, udp } th dport %u", r->port_lo);
+    else
+        snprintf(out, size, " meta l4proto { tcp, udp } th dport %u-%u", r->port_lo, r->port_hi);
+}
+
+/* The commands that make slot's chain say `p` (the chain exists, empty or
+ * not). Domain rules get sets sb<slot>_<i>; *n_sets is their count. */
+static void render_chain(struct sl_privnet *net, size_t slot, const struct sl_egress_policy *p,
+                         FILE *f, size_t *n_sets)
+{
+    const char *T = net->table;
+    char a[INET_ADDRSTRLEN], ports[64];
+    addr_text(slot_addr(net, slot), a);
+    fprintf(f, "flush chain inet %s sb%zu\n", T, slot);
+    /* A sandbox without CAP_NET_RAW cannot forge its source; belt and
+     * braces, since the policy is chosen by it. */
+    fprintf(f, "add rule inet %s sb%zu ip saddr != %s drop\n", T, slot, a);
+    fprintf(f, "add rule inet %s sb%zu ip daddr @never counter name sb%zu_denied drop\n", T,
+            slot, slot);
+    size_t sets = 0;
+    for (size_t i = 0; i < p->n_allow; i++) {
+        const struct sl_egress_rule *r = &p->allow[i];
+        ports_text(r, ports, sizeof(ports));
+        if (r->is_domain) {
+            fprintf(f,
+                    "add set inet %s sb%zu_%zu { type ipv4_addr; flags timeout; size %d; }\n",
+                    T, slot, sets, DOMAIN_SET_SIZE);
+            fprintf(f, "add rule inet %s sb%zu ip daddr @sb%zu_%zu%s accept\n", T, slot, slot,
+                    sets, ports);
+            sets++;
+        } else {
+            char n[INET_ADDRSTRLEN];
+            addr_text(r->addr, n);
+            fprintf(f, "add rule inet %s sb%zu ip daddr %s/%d%s accept\n", T, slot, n, r->prefix,
+                    ports);
+        }
+    }
+    /* Names denied are refused by the resolver; their addresses are not
+     * known here. */
+    for (size_t i = 0; i < p->n_deny; i++) {
+        const struct sl_egress_rule *r = &p->deny[i];
+        if (r->is_domain)
+            continue;
+        char n[INET_ADDRSTRLEN];
+        addr_text(r->addr, n);
+        ports_text(r, ports, sizeof(ports));
+        fprintf(f, "add rule inet %s sb%zu ip daddr %s/%d%s counter name sb%zu_denied drop\n", T,
+                slot, n, r->prefix, ports, slot);
+    }
+    fprintf(f, "add rule inet %s sb%zu ip daddr @private counter name sb%zu_denied drop\n", T,
+            slot, slot);
+    if (p->dflt == SL_EGRESS_DENY)
+        fprintf(f, "add rule inet %s sb%zu counter name sb%zu_denied drop\n", T, slot, slot);
+    else
+        fprintf(f, "add rule inet %s sb%zu accept\n", T, slot);
+    *n_sets = sets;
+}
+
+/* The learned addresses of slot that an allow rule of `p` covers, back
+ * into that rule's set with the time they have left. */
+static void render_learned(struct sl_privnet *net, size_t slot, const struct slot *s,
+                           const struct sl_egress_policy *p, FILE *f)
+{
+    int64_t now = sl_mono_us();
+    for (size_t k = 0; k < s->n_learned; k++) {
+        const struct learned *l = &s->learned[k];
+        if (l->expires_us <= now)
+            continue;
+        long left = (long)((l->expires_us - now) / 1000000) + 1;
+        char a[INET_ADDRSTRLEN];
+        addr_text(l->addr, a);
+        size_t set = 0;
+        for (size_t i = 0; i < p->n_allow; i++) {
+            if (!p->allow[i].is_domain)
+                continue;
+            if (sl_egress_domain_matches(&p->allow[i], l->name))
+                fprintf(f, "add element inet %s sb%zu_%zu { %s timeout %lds }\n", net->table,
+                        slot, set, a, left);
+            set++;
+        }
+    }
+}
+
+static void delete_sets(struct sl_privnet *net, size_t slot, size_t n_sets, FILE *f)
+{
+    for (size_t i = 0; i < n_sets; i++)
+        fprintf(f, "delete set inet %s sb%zu_%zu\n", net->table, slot, i);
+}
+
+/* ---- the worker's table ------------------------------------------------------ */
+
+/* The table of another live sandloomd with this subnet: refuse, rather
+ * than take its sandboxes' rules away. */
+static int check_not_in_use(struct sl_privnet *net, struct sl_error *err)
+{
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "list table inet %s", net->table);
+    json_t *list = NULL;
+    struct sl_error e = {0};
+    if (sl_nft_list_json(net->nft, cmd, &list, &e) < 0)
+        return e.errnum == ENOENT ? 0 : (*err = e, -1);
+    long pid = 0;
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item)
+    {
+        const char *c = json_string_value(json_object_get(json_object_get(item, "table"), "comment"));
+        if (c && sscanf(c, "sandloomd pid %ld", &pid) == 1)
+            break;
+    }
+    json_decref(list);
+    if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+        return sl_error_set(err, SL_E_CONFIG, EBUSY,
+                            "SANDBOX_PRIVATE_NETWORK_CIDR %s is in use by another sandloomd "
+                            "(pid %ld, nftables table inet %s): give each worker on a host a "
+                            "subnet of its own",
+                            net->cidr, pid, net->table);
+    return 0;
+}
+
+/* Forwarding must be on for sandbox traffic to leave. When it was off,
+ * the host was no router: the guard chain keeps it one for nothing but
+ * Sandloom's links (interface names "sl*"), and it stays on after us,
+ * since another worker's sandboxes may be using it. */
+static int enable_forwarding(bool *was_off, struct sl_error *err)
+{
+    *was_off = false;
+    int fd = open("/proc/sys/net/ipv4/ip_forward", O_RDWR | O_CLOEXEC);
+    char c = 0;
+    if (fd < 0 || pread(fd, &c, 1, 0) != 1) {
+        if (fd >= 0)
+            close(fd);
+        return sl_error_errno(err, SL_E_CONFIG, "cannot read net.ipv4.ip_forward");
+    }
+    if (c == '0') {
+        *was_off = true;
+        if (pwrite(fd, "1", 1, 0) != 1) {
+            close(fd);
+            return sl_error_errno(err, SL_E_CONFIG, "cannot turn on net.ipv4.ip_forward");
+        }
+    }
+    close(fd);
+    return 0;
+}
+
+static int install_table(struct sl_privnet *net, bool guard, struct sl_error *err)
+{
+    const char *T = net->table, *P = net->prefix;
+    char gw[INET_ADDRSTRLEN];
+    addr_text(net->gw, gw);
+    struct text t;
+    if (text_open(&t) < 0)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    FILE *f = t.f;
+    /* add+delete: remove a table a dead worker left, in the same
+     * transaction that makes ours. */
+    fprintf(f, "add table inet %s\ndelete table inet %s\n", T, T);
+    fprintf(f, "table inet %s {\n comment \"sandloomd pid %ld\"\n", T, (long)getpid());
+    fprintf(f, " set never { type ipv4_addr; flags interval; elements = { %s, %s } }\n", NEVER,
+            net->cidr);
+    fprintf(f, " set private { type ipv4_addr; flags interval; elements = { %s } }\n", PRIVATE);
+    fprintf(f, " map sandboxes { type ifname : verdict; }\n");
+    fprintf(f, " chain forward { type filter hook forward priority filter - 5; policy accept;\n"
+               "  iifname \"%s*\" jump from_sandbox\n  oifname \"%s*\" jump to_sandbox\n }\n",
+            P, P);
+    /* IPv4 only; a link with no entry in the map has no policy: dropped. */
+    fprintf(f, " chain from_sandbox {\n  meta nfproto ipv6 drop\n  iifname vmap @sandboxes\n"
+               "  drop\n }\n");
+    fprintf(f, " chain to_sandbox {\n  ct state established,related accept\n  drop\n }\n");
+    fprintf(f, " chain input { type filter hook input priority filter - 5; policy accept;\n"
+               "  iifname \"%s*\" jump sandbox_to_host\n }\n",
+            P);
+    fprintf(f,
+            " chain sandbox_to_host {\n  ct state established,related accept\n"
+            "  ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n  drop\n }\n",
+            gw);
+    /* Only the host's root (the daemon) opens connections into a sandbox. */
+    fprintf(f,
+            " chain output { type filter hook output priority filter - 5; policy accept;\n"
+            "  oifname \"%s*\" ct state new meta skuid != 0 drop\n }\n",
+            P);
+    /* Every DNS packet a sandbox sends goes to the resolver, whatever
+     * server it names. */
+    fprintf(f,
+            " chain dns { type nat hook prerouting priority dstnat; policy accept;\n"
+            "  iifname \"%s*\" meta l4proto { tcp, udp } th dport 53 dnat ip to %s\n }\n",
+            P, gw);
+    fprintf(f,
+            " chain out { type nat hook postrouting priority srcnat; policy accept;\n"
+            "  ip saddr %s oifname != \"%s*\" masquerade\n }\n",
+            net->cidr, P);
+    if (guard)
+        fprintf(f,
+                " chain guard { type filter hook forward priority filter - 10; policy accept;\n"
+                "  iifname != \"sl*\" oifname != \"sl*\" drop\n }\n");
+    fprintf(f, "}\n");
+    char *cmds = text_close(&t);
+    if (!cmds)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = sl_nft_run(net->nft, cmds, "cannot install the private network's table", err);
+    free(cmds);
+    return rc;
+}
+
+static int parse_cidr(const char *text, uint32_t *base, int *prefix)
+{
+    char host[24];
+    const char *slash = strchr(text, '/');
+    if (!slash || (size_t)(slash - text) >= sizeof(host))
+        return -1;
+    memcpy(host, text, (size_t)(slash - text));
+    host[slash - text] = '\0';
+    char *end;
+    long p = strtol(slash + 1, &end, 10);
+    struct in_addr a;
+    if (*end || p < 8 || p > 24 || inet_pton(AF_INET, host, &a) != 1)
+        return -1;
+    *prefix = (int)p;
+    *base = ntohl(a.s_addr) & (~0u << (32 - p));
+    return 0;
+}
+
+int sl_privnet_open(const struct sl_privnet_options *opt, struct sl_privnet **out,
+                    struct sl_error *err)
+{
+    uint32_t base;
+    int prefix;
+    if (!opt->cidr || parse_cidr(opt->cidr, &base, &prefix) < 0)
+        return sl_error_set(err, SL_E_CONFIG, EINVAL,
+                            "SANDBOX_PRIVATE_NETWORK_CIDR '%s' is not an IPv4 network from /8 "
+                            "to /24",
+                            opt->cidr ? opt->cidr : "");
+    struct sl_privnet *net = calloc(1, sizeof(*net));
+    if (!net)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    pthread_mutex_init(&net->lock, NULL);
+    net->base = base;
+    net->gw = htonl(base + 1);
+    /* The network address, the gateway and the broadcast address are no
+     * sandbox's. */
+    net->max_slots = ((size_t)1 << (32 - prefix)) - 3;
+    struct in_addr b = {.s_addr = htonl(base)};
+    char a[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &b, a, sizeof(a));
+    snprintf(net->cidr, sizeof(net->cidr), "%s/%d", a, prefix);
+    /* The tag names the table and the links: two workers on one host with
+     * different subnets never touch each other's. */
+    unsigned tag = text_hash(net->cidr) & 0xffff;
+    snprintf(net->prefix, sizeof(net->prefix), "sl%04x", tag);
+    snprintf(net->table, sizeof(net->table), "sandloom_%04x", tag);
+    bool guard = false;
+    if ((opt->dflt && sl_egress_copy(&net->dflt, opt->dflt) < 0)) {
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (sl_nft_open(&net->nft, err) < 0 || check_not_in_use(net, err) < 0 ||
+        enable_forwarding(&guard, err) < 0 || install_table(net, guard, err) < 0)
+        goto fail;
+    *out = net;
+    return 0;
+fail:
+    sl_nft_close(net->nft);
+    sl_egress_free(&net->dflt);
+    pthread_mutex_destroy(&net->lock);
+    free(net);
+    return -1;
+}
+
+void sl_privnet_close(struct sl_privnet *net)
+{
+    if (!net)
+        return;
+    struct sl_nl nl;
+    struct sl_error err = {0};
+    bool have_nl = sl_nl_open(&nl, -1, &err) == 0;
+    for (size_t i = 0; i < net->n_slots; i++) {
+        struct slot *s = &net->slots[i];
+        if (s->used && have_nl)
+            sl_nl_link_del(&nl, s->ifname, NULL);
+        sl_egress_free(&s->policy);
+        free(s->learned);
+    }
+    if (have_nl)
+        sl_nl_close(&nl);
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "delete table inet %s", net->table);
+    if (sl_nft_run(net->nft, cmd, "cannot remove the private network's table", &err) < 0)
+        sl_warn("%s", sl_error_text(&err));
+    sl_nft_close(net->nft);
+    sl_egress_free(&net->dflt);
+    free(net->slots);
+    pthread_mutex_destroy(&net->lock);
+    free(net);
+}
+
+uint32_t sl_privnet_gateway(const struct sl_privnet *net)
+{
+    return net->gw;
+}
+
+const char *sl_privnet_cidr(const struct sl_privnet *net)
+{
+    return net->cidr;
+}
+
+/* ---- slots --------------------------------------------------------------------- */
+
+/* A free slot, the lowest (under lock); -1 when the subnet is full. */
+static int slot_take(struct sl_privnet *net, uid_t uid)
+{
+    size_t i = 0;
+    while (i < net->n_slots && net->slots[i].used)
+        i++;
+    if (i == net->n_slots) {
+        if (i == net->max_slots)
+            return -1;
+        struct slot *grown = realloc(net->slots, (i + 1) * sizeof(*grown));
+        if (!grown)
+            return -1;
+        net->slots = grown;
+        net->n_slots = i + 1;
+    }
+    struct slot *s = &net->slots[i];
+    *s = (struct slot){.used = true, .uid = uid, .seq = ++net->seq};
+    snprintf(s->ifname, sizeof(s->ifname), "%s%zu", net->prefix, i);
+    return (int)i;
+}
+
+/* Under lock: the chain, its counter, the map entry. */
+static int install_slot(struct sl_privnet *net, size_t slot, const struct sl_egress_policy *p,
+                        struct sl_error *err)
+{
+    struct slot *s = &net->slots[slot];
+    struct text t;
+    if (text_open(&t) < 0)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    const char *T = net->table;
+    /* What a slot's earlier network may have left (its table entries go
+     * at detach; this is for one whose removal failed). */
+    fprintf(t.f, "add chain inet %s sb%zu\nflush chain inet %s sb%zu\n", T, slot, T, slot);
+    /* A counter from zero (add, delete, add: whether or not one was left). */
+    fprintf(t.f, "add counter inet %s sb%zu_denied\ndelete counter inet %s sb%zu_denied\n", T,
+            slot, T, slot);
+    fprintf(t.f, "add counter inet %s sb%zu_denied\n", T, slot);
+    size_t n_sets = 0;
+    render_chain(net, slot, p, t.f, &n_sets);
+    fprintf(t.f, "add element inet %s sandboxes { \"%s\" : jump sb%zu }\n", T, s->ifname, slot);
+    char *cmds = text_close(&t);
+    if (!cmds)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    int rc = sl_nft_run(net->nft, cmds, "cannot install the sandbox's egress policy", err);
+    free(cmds);
+    if (rc == 0)
+        s->n_sets = n_sets;
+    return rc;
+}
+
+static void uninstall_slot(struct sl_privnet *net, size_t slot)
+{
+    struct slot *s = &net->slots[slot];
+    const char *T = net->table;
+    struct text t;
+    if (text_open(&t) < 0)
+        return;
+    fprintf(t.f, "delete element inet %s sandboxes { \"%s\" }\n", T, s->ifname);
+    fprintf(t.f, "delete chain inet %s sb%zu\n", T, slot);
+    delete_sets(net, slot, s->n_sets, t.f);
+    fprintf(t.f, "delete counter inet %s sb%zu_denied\n", T, slot);
+    char *cmds = text_close(&t);
+    struct sl_error err = {0};
+    if (cmds && sl_nft_run(net->nft, cmds, "cannot remove a sandbox's egress rules", &err) < 0)
+        sl_warn("private network, %s: %s", s->ifname, sl_error_text(&err));
+    free(cmds);
+    s->n_sets = 0;
+}
+
+/* The link: a veth pair, eth0 inside, routed both ways. */
+static int make_link(struct sl_privnet *net, const char *ifname, int netns_fd, uint32_t addr,
+                     struct sl_error *err)
+{
+    struct sl_nl here, there;
+    if (sl_nl_open(&here, -1, err) < 0)
+        return -1;
+    if (sl_nl_open(&there, netns_fd, err) < 0) {
+        sl_nl_close(&here);
+        return -1;
+    }
+    int rc = -1, host;
+    /* eth0 is index 2: a new namespace has only lo (1). */
+    if (sl_nl_veth_add(&here, ifname, "eth0", netns_fd, 2, err) < 0)
+        goto out;
+    if ((host = sl_nl_ifindex(&here, ifname, err)) < 0 ||
+        sl_nl_addr4_add(&here, host, net->gw, 32, err) < 0 || sl_nl_link_up(&here, host, err) < 0 ||
+        sl_nl_route4_add(&here, addr, 32, host, 0, err) < 0 ||
+        sl_nl_addr4_add(&there, 2, addr, 32, err) < 0 || sl_nl_link_up(&there, 2, err) < 0 ||
+        sl_nl_route4_add(&there, 0, 0, 2, net->gw, err) < 0) {
+        sl_nl_link_del(&here, ifname, NULL);
+        goto out;
+    }
+    rc = 0;
+out:
+    sl_nl_close(&there);
+    sl_nl_close(&here);
+    return rc;
+}
+
+int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
+                      const struct sl_egress_policy *policy, struct sl_error *err)
+{
+    const struct sl_egress_policy *p = policy ? policy : &net->dflt;
+    pthread_mutex_lock(&net->lock);
+    int slot = slot_take(net, uid);
+    if (slot < 0) {
+        pthread_mutex_unlock(&net->lock);
+        return sl_error_set(err, SL_E_RUNTIME, ENOSPC,
+                            "the private network %s has no free address", net->cidr);
+    }
+    struct slot *s = &net->slots[slot];
+    char ifname[sizeof(s->ifname)];
+    snprintf(ifname, sizeof(ifname), "%s", s->ifname);
+    /* The rules first: there is never a link without them. */
+    int rc = sl_egress_copy(&s->policy, p) < 0
+                 ? sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory")
+                 : install_slot(net, (size_t)slot, p, err);
+    pthread_mutex_unlock(&net->lock);
+    if (rc == 0)
+        rc = make_link(net, ifname, netns_fd, slot_addr(net, (size_t)slot), err);
+    pthread_mutex_lock(&net->lock);
+    s = &net->slots[slot]; /* the array may have moved */
+    if (rc == 0) {
+        s->attached = true;
+    } else {
+        snprintf(s->error, sizeof(s->error), "%s", sl_error_text(err));
+        uninstall_slot(net, (size_t)slot);
+    }
+    pthread_mutex_unlock(&net->lock);
+    return slot;
+}
+
+void sl_privnet_detach(struct sl_privnet *net, int slot)
+{
+    if (slot < 0)
+        return;
+    pthread_mutex_lock(&net->lock);
+    if ((size_t)slot >= net->n_slots || !net->slots[slot].used) {
+        pthread_mutex_unlock(&net->lock);
+        return;
+    }
+    struct slot *s = &net->slots[slot];
+    char ifname[sizeof(s->ifname)];
+    snprintf(ifname, sizeof(ifname), "%s", s->ifname);
+    bool attached = s->attached;
+    s->attached = false;
+    pthread_mutex_unlock(&net->lock);
+    /* The link first (it usually went with its namespace already), the
+     * rules after it: never a link without rules. */
+    if (attached) {
+        struct sl_nl nl;
+        struct sl_error err = {0};
+        if (sl_nl_open(&nl, -1, &err) < 0 || sl_nl_link_del(&nl, ifname, &err) < 0)
+            sl_warn("private network: cannot remove %s: %s", ifname, sl_error_text(&err));
+        if (nl.fd >= 0)
+            sl_nl_close(&nl);
+    }
+    pthread_mutex_lock(&net->lock);
+    s = &net->slots[slot];
+    if (attached)
+        uninstall_slot(net, (size_t)slot);
+    sl_egress_free(&s->policy);
+    free(s->learned);
+    *s = (struct slot){0};
+    pthread_mutex_unlock(&net->lock);
+}
+
+/* Under lock: cut slot off (its link goes; the map entry with it). */
+static void cut_off(struct sl_privnet *net, size_t slot, const char *why)
+{
+    struct slot *s = &net->slots[slot];
+    struct sl_nl nl;
+    struct sl_error err = {0};
+    if (sl_nl_open(&nl, -1, &err) == 0) {
+        sl_nl_link_del(&nl, s->ifname, NULL);
+        sl_nl_close(&nl);
+    }
+    uninstall_slot(net, slot);
+    s->attached = false;
+    snprintf(s->error, sizeof(s->error), "%s", why);
+}
+
+int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egress_policy *policy,
+                          struct sl_error *err)
+{
+    const struct sl_egress_policy *p = policy ? policy : &net->dflt;
+    int rc = 0;
+    pthread_mutex_lock(&net->lock);
+    for (size_t i = 0; i < net->n_slots; i++) {
+        struct slot *s = &net->slots[i];
+        if (!s->used || !s->attached || s->uid != uid)
+            continue;
+        struct sl_egress_policy copy;
+        if (sl_egress_copy(&copy, p) < 0) {
+            rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+            continue;
+        }
+        struct text t;
+        if (text_open(&t) < 0) {
+            sl_egress_free(&copy);
+            rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+            continue;
+        }
+        /* One transaction: the old rules, then the old sets (no rule
+         * refers to them once the chain is flushed), the new ones, and
+         * what was learned that the new rules cover. */
+        size_t n_sets = 0;
+        fprintf(t.f, "flush chain inet %s sb%zu\n", net->table, i);
+        delete_sets(net, i, s->n_sets, t.f);
+        render_chain(net, i, &copy, t.f, &n_sets);
+        render_learned(net, i, s, &copy, t.f);
+        char *cmds = text_close(&t);
+        struct sl_error e = {0};
+        if (cmds && sl_nft_run(net->nft, cmds, "cannot change the sandbox's egress policy", &e) == 0) {
+            sl_egress_free(&s->policy);
+            s->policy = copy;
+            s->n_sets = n_sets;
+            s->error[0] = '\0';
+        } else {
+            sl_egress_free(&copy);
+            if (!cmds)
+                sl_error_set(&e, SL_E_INTERNAL, ENOMEM, "out of memory");
+            /* Fail closed: the old policy is not what was asked. */
+            cut_off(net, i, sl_error_text(&e));
+            rc = -1;
+            *err = e;
+        }
+        free(cmds);
+    }
+    pthread_mutex_unlock(&net->lock);
+    return rc;
+}
+
+static uint64_t denied_packets(struct sl_privnet *net, size_t slot)
+{
+    char cmd[80];
+    snprintf(cmd, sizeof(cmd), "list counter inet %s sb%zu_denied", net->table, slot);
+    json_t *list = NULL;
+    struct sl_error err = {0};
+    if (sl_nft_list_json(net->nft, cmd, &list, &err) < 0)
+        return 0;
+    uint64_t packets = 0;
+    size_t i;
+    json_t *item;
+    json_array_foreach(list, i, item)
+    {
+        json_t *c = json_object_get(item, "counter");
+        if (c)
+            packets = (uint64_t)json_integer_value(json_object_get(c, "packets"));
+    }
+    json_decref(list);
+    return packets;
+}
+
+bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_status *out)
+{
+    memset(out, 0, sizeof(*out));
+    bool found = false;
+    pthread_mutex_lock(&net->lock);
+    size_t best = 0;
+    for (size_t i = 0; i < net->n_slots; i++) {
+        const struct slot *s = &net->slots[i];
+        if (s->used && s->uid == uid && (!found || s->seq > net->slots[best].seq)) {
+            best = i;
+            found = true;
+        }
+    }
+    if (found) {
+        const struct slot *s = &net->slots[best];
+        out->attached = s->attached;
+        if (s->attached)
+            addr_text(slot_addr(net, best), out->address);
+        snprintf(out->error, sizeof(out->error), "%s", s->error);
+        out->refused_names = s->refused;
+        out->denied_packets = s->attached ? denied_packets(net, best) : 0;
+    }
+    pthread_mutex_unlock(&net->lock);
+    return found;
+}
+
+/* ---- for the resolver ------------------------------------------------------- */
+
+/* The slot of a sandbox address (under lock); NULL when none is there. */
+static struct slot *slot_of(struct sl_privnet *net, uint32_t src, size_t *index)
+{
+    uint32_t h = ntohl(src);
+    if (h < net->base + 2)
+        return NULL;
+    size_t i = h - net->base - 2;
+    if (i >= net->n_slots || !net->slots[i].used || !net->slots[i].attached)
+        return NULL;
+    *index = i;
+    return &net->slots[i];
+}
+
+enum sl_egress_answer sl_privnet_answer_for(struct sl_privnet *net, uint32_t src,
+                                            const char *name)
+{
+    pthread_mutex_lock(&net->lock);
+    size_t i;
+    struct slot *s = slot_of(net, src, &i);
+    enum sl_egress_answer a = s ? sl_egress_answer_for(&s->policy, name) : SL_EGRESS_REFUSE;
+    if (s && a == SL_EGRESS_REFUSE)
+        s->refused++;
+    pthread_mutex_unlock(&net->lock);
+    return a;
+}
+
+void sl_privnet_learn(struct sl_privnet *net, uint32_t src, const char *name,
+                      const uint32_t *addrs, const uint32_t *ttls, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&net->lock);
+    size_t slot;
+    struct slot *s = slot_of(net, src, &slot);
+    struct text t;
+    if (!s || text_open(&t) < 0) {
+        pthread_mutex_unlock(&net->lock);
+        return;
+    }
+    if (!s->learned)
+        s->learned = calloc(LEARNED_MAX, sizeof(*s->learned));
+    int64_t now = sl_mono_us();
+    bool any = false;
+    for (size_t k = 0; k < n; k++) {
+        long ttl = ttls[k] < LEARN_MIN_SECONDS   ? LEARN_MIN_SECONDS
+                   : ttls[k] > LEARN_MAX_SECONDS ? LEARN_MAX_SECONDS
+                                                 : (long)ttls[k];
+        char a[INET_ADDRSTRLEN];
+        addr_text(addrs[k], a);
+        size_t set = 0;
+        for (size_t i = 0; i < s->policy.n_allow; i++) {
+            if (!s->policy.allow[i].is_domain)
+                continue;
+            if (sl_egress_domain_matches(&s->policy.allow[i], name)) {
+                /* "add" keeps an existing element's older timeout; the
+                 * delete-then-add in one transaction renews it. */
+                fprintf(t.f, "add element inet %s sb%zu_%zu { %s }\n", net->table, slot, set, a);
+                fprintf(t.f, "delete element inet %s sb%zu_%zu { %s }\n", net->table, slot, set,
+                        a);
+                fprintf(t.f, "add element inet %s sb%zu_%zu { %s timeout %lds }\n", net->table,
+                        slot, set, a, ttl);
+                any = true;
+            }
+            set++;
+        }
+        if (s->learned) {
+            struct learned *l = &s->learned[s->next_learned];
+            snprintf(l->name, sizeof(l->name), "%s", name);
+            l->addr = addrs[k];
+            l->expires_us = now + (int64_t)ttl * 1000000;
+            s->next_learned = (s->next_learned + 1) % LEARNED_MAX;
+            if (s->n_learned < LEARNED_MAX)
+                s->n_learned++;
+        }
+    }
+    char *cmds = text_close(&t);
+    struct sl_error err = {0};
+    if (any && cmds && sl_nft_run(net->nft, cmds, "cannot learn a name's addresses", &err) < 0)
+        sl_warn("private network, %s, name %s: %s", s->ifname, name, sl_error_text(&err));
+    free(cmds);
+    pthread_mutex_unlock(&net->lock);
+}
