@@ -92,3 +92,11 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_api_key (
     INDEX idx_agent_sandbox_api_key_tenant (tenant_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_egress_policy (
+    scope_key VARCHAR(200) NOT NULL,
+    policy_json JSON NOT NULL,
+    updated_by VARCHAR(255),
+    updated_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (scope_key)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+

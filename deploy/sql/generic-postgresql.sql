@@ -87,6 +87,14 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_api_key (
     PRIMARY KEY (key_id)
 );
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_egress_policy (
+    scope_key VARCHAR(200) NOT NULL,
+    policy_json JSON NOT NULL,
+    updated_by VARCHAR(255),
+    updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (scope_key)
+);
+
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_worker_heartbeat ON agent_sandbox_worker (status, heartbeat_at);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_scope ON agent_sandbox_route (workspace_scope_id);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_worker ON agent_sandbox_route (worker_id, status);

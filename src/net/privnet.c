@@ -42,13 +42,21 @@ struct learned {
     int64_t expires_us;
 };
 
+/* A layer of a sandbox's rules: [0] its policy, chain sb<N>; [1] its
+ * tenant's bound, chain sb<N>b, which sb<N> asks first: an allow there
+ * only returns to sb<N>, a deny there is final. */
+struct layer {
+    bool on;
+    struct sl_egress_policy p;
+    size_t n_sets; /* its domain rules' sets, <chain>_<i> */
+};
+
 struct slot {
     bool used, attached;
     uid_t uid;
     uint64_t seq;
     char ifname[SL_NL_IFNAME_MAX + 1];
-    struct sl_egress_policy policy; /* installed (or being installed) */
-    size_t n_sets;                  /* domain sets of the installed chain */
+    struct layer layer[2];          /* installed (or being installed) */
     uint64_t refused;
     char error[256];
     struct learned *learned;        /* ring of LEARNED_MAX, NULL until the first */
@@ -122,36 +130,47 @@ static void ports_text(const struct sl_egress_rule *r, char *out, size_t size)
         snprintf(out, size, " meta l4proto { tcp, udp } th dport %u-%u", r->port_lo, r->port_hi);
 }
 
-/* The commands that make slot's chain say `p` (the chain exists, empty or
- * not). Domain rules get sets sb<slot>_<i>; *n_sets is their count. */
-static void render_chain(struct sl_privnet *net, size_t slot, const struct sl_egress_policy *p,
-                         FILE *f, size_t *n_sets)
+static void chain_name(size_t slot, int layer, char *out, size_t size)
+{
+    snprintf(out, size, layer ? "sb%zub" : "sb%zu", slot);
+}
+
+/* The commands that make a layer's chain say `p` (the chain exists,
+ * empty or not). Domain rules get sets <chain>_<i>; *n_sets is their
+ * count. The policy layer asks the bound layer first when there is one. */
+static void render_layer(struct sl_privnet *net, size_t slot, int layer,
+                         const struct sl_egress_policy *p, bool bound_on, FILE *f, size_t *n_sets)
 {
     const char *T = net->table;
-    char a[INET_ADDRSTRLEN], ports[64];
-    addr_text(slot_addr(net, slot), a);
-    fprintf(f, "flush chain inet %s sb%zu\n", T, slot);
-    /* A sandbox without CAP_NET_RAW cannot forge its source; belt and
-     * braces, since the policy is chosen by it. */
-    fprintf(f, "add rule inet %s sb%zu ip saddr != %s drop\n", T, slot, a);
-    fprintf(f, "add rule inet %s sb%zu ip daddr @never counter name sb%zu_denied drop\n", T,
-            slot, slot);
+    char c[24], a[INET_ADDRSTRLEN], ports[64];
+    chain_name(slot, layer, c, sizeof(c));
+    /* An allow of the bound only lets the policy decide. */
+    const char *allow = layer ? "return" : "accept";
+    fprintf(f, "flush chain inet %s %s\n", T, c);
+    if (layer == 0) {
+        addr_text(slot_addr(net, slot), a);
+        /* A sandbox without CAP_NET_RAW cannot forge its source; belt and
+         * braces, since the policy is chosen by it. */
+        fprintf(f, "add rule inet %s %s ip saddr != %s drop\n", T, c, a);
+        fprintf(f, "add rule inet %s %s ip daddr @never counter name sb%zu_denied drop\n", T, c,
+                slot);
+        if (bound_on)
+            fprintf(f, "add rule inet %s %s jump sb%zub\n", T, c, slot);
+    }
     size_t sets = 0;
     for (size_t i = 0; i < p->n_allow; i++) {
         const struct sl_egress_rule *r = &p->allow[i];
         ports_text(r, ports, sizeof(ports));
         if (r->is_domain) {
-            fprintf(f,
-                    "add set inet %s sb%zu_%zu { type ipv4_addr; flags timeout; size %d; }\n",
-                    T, slot, sets, DOMAIN_SET_SIZE);
-            fprintf(f, "add rule inet %s sb%zu ip daddr @sb%zu_%zu%s accept\n", T, slot, slot,
-                    sets, ports);
+            fprintf(f, "add set inet %s %s_%zu { type ipv4_addr; flags timeout; size %d; }\n", T,
+                    c, sets, DOMAIN_SET_SIZE);
+            fprintf(f, "add rule inet %s %s ip daddr @%s_%zu%s %s\n", T, c, c, sets, ports, allow);
             sets++;
         } else {
             char n[INET_ADDRSTRLEN];
             addr_text(r->addr, n);
-            fprintf(f, "add rule inet %s sb%zu ip daddr %s/%d%s accept\n", T, slot, n, r->prefix,
-                    ports);
+            fprintf(f, "add rule inet %s %s ip daddr %s/%d%s %s\n", T, c, n, r->prefix, ports,
+                    allow);
         }
     }
     /* Names denied are refused by the resolver; their addresses are not
@@ -163,22 +182,53 @@ static void render_chain(struct sl_privnet *net, size_t slot, const struct sl_eg
         char n[INET_ADDRSTRLEN];
         addr_text(r->addr, n);
         ports_text(r, ports, sizeof(ports));
-        fprintf(f, "add rule inet %s sb%zu ip daddr %s/%d%s counter name sb%zu_denied drop\n", T,
-                slot, n, r->prefix, ports, slot);
+        fprintf(f, "add rule inet %s %s ip daddr %s/%d%s counter name sb%zu_denied drop\n", T, c,
+                n, r->prefix, ports, slot);
     }
-    fprintf(f, "add rule inet %s sb%zu ip daddr @private counter name sb%zu_denied drop\n", T,
-            slot, slot);
+    fprintf(f, "add rule inet %s %s ip daddr @private counter name sb%zu_denied drop\n", T, c,
+            slot);
     if (p->dflt == SL_EGRESS_DENY)
-        fprintf(f, "add rule inet %s sb%zu counter name sb%zu_denied drop\n", T, slot, slot);
+        fprintf(f, "add rule inet %s %s counter name sb%zu_denied drop\n", T, c, slot);
     else
-        fprintf(f, "add rule inet %s sb%zu accept\n", T, slot);
+        fprintf(f, "add rule inet %s %s %s\n", T, c, allow);
     *n_sets = sets;
 }
 
-/* The learned addresses of slot that an allow rule of `p` covers, back
+/* Both layers of slot: the bound's chain first (made, or removed when
+ * there is none any more), then the policy's. */
+static void render_slot(struct sl_privnet *net, size_t slot, struct layer want[2], bool had_bound,
+                        FILE *f)
+{
+    const char *T = net->table;
+    fprintf(f, "flush chain inet %s sb%zu\n", T, slot); /* no jump to the bound left */
+    if (want[1].on) {
+        fprintf(f, "add chain inet %s sb%zub\n", T, slot);
+        render_layer(net, slot, 1, &want[1].p, false, f, &want[1].n_sets);
+    } else if (had_bound) {
+        fprintf(f, "flush chain inet %s sb%zub\ndelete chain inet %s sb%zub\n", T, slot, T, slot);
+    }
+    render_layer(net, slot, 0, &want[0].p, want[1].on, f, &want[0].n_sets);
+}
+
+/* For each set of `layer` (its allow domain rules, in order) that covers
+ * `name`: fn(set index). */
+static size_t covering_sets(const struct layer *l, const char *name, size_t *out, size_t max)
+{
+    size_t set = 0, n = 0;
+    for (size_t i = 0; l->on && i < l->p.n_allow; i++) {
+        if (!l->p.allow[i].is_domain)
+            continue;
+        if (sl_egress_domain_matches(&l->p.allow[i], name) && n < max)
+            out[n++] = set;
+        set++;
+    }
+    return n;
+}
+
+/* The learned addresses of slot that an allow rule of `want` covers, back
  * into that rule's set with the time they have left. */
 static void render_learned(struct sl_privnet *net, size_t slot, const struct slot *s,
-                           const struct sl_egress_policy *p, FILE *f)
+                           const struct layer want[2], FILE *f)
 {
     int64_t now = sl_mono_us();
     for (size_t k = 0; k < s->n_learned; k++) {
@@ -186,24 +236,54 @@ static void render_learned(struct sl_privnet *net, size_t slot, const struct slo
         if (l->expires_us <= now)
             continue;
         long left = (long)((l->expires_us - now) / 1000000) + 1;
-        char a[INET_ADDRSTRLEN];
+        char a[INET_ADDRSTRLEN], c[24];
         addr_text(l->addr, a);
-        size_t set = 0;
-        for (size_t i = 0; i < p->n_allow; i++) {
-            if (!p->allow[i].is_domain)
-                continue;
-            if (sl_egress_domain_matches(&p->allow[i], l->name))
-                fprintf(f, "add element inet %s sb%zu_%zu { %s timeout %lds }\n", net->table,
-                        slot, set, a, left);
-            set++;
+        for (int layer = 0; layer < 2; layer++) {
+            size_t sets[SL_EGRESS_MAX_RULES];
+            size_t n = covering_sets(&want[layer], l->name, sets, SL_EGRESS_MAX_RULES);
+            chain_name(slot, layer, c, sizeof(c));
+            for (size_t i = 0; i < n; i++)
+                fprintf(f, "add element inet %s %s_%zu { %s timeout %lds }\n", net->table, c,
+                        sets[i], a, left);
         }
     }
 }
 
-static void delete_sets(struct sl_privnet *net, size_t slot, size_t n_sets, FILE *f)
+static void delete_sets(struct sl_privnet *net, size_t slot, const struct layer have[2], FILE *f)
 {
-    for (size_t i = 0; i < n_sets; i++)
-        fprintf(f, "delete set inet %s sb%zu_%zu\n", net->table, slot, i);
+    for (int layer = 0; layer < 2; layer++) {
+        char c[24];
+        chain_name(slot, layer, c, sizeof(c));
+        for (size_t i = 0; have[layer].on && i < have[layer].n_sets; i++)
+            fprintf(f, "delete set inet %s %s_%zu\n", net->table, c, i);
+    }
+}
+
+static void layers_free(struct layer l[2])
+{
+    for (int i = 0; i < 2; i++) {
+        sl_egress_free(&l[i].p);
+        l[i] = (struct layer){0};
+    }
+}
+
+/* want[0] = policy (NULL: the worker's default), want[1] = bound (NULL:
+ * none). */
+static int layers_copy(struct sl_privnet *net, struct layer want[2],
+                       const struct sl_egress_policy *policy, const struct sl_egress_policy *bound)
+{
+    memset(want, 0, 2 * sizeof(*want));
+    want[0].on = true;
+    if (sl_egress_copy(&want[0].p, policy ? policy : &net->dflt) < 0)
+        return -1;
+    if (bound) {
+        want[1].on = true;
+        if (sl_egress_copy(&want[1].p, bound) < 0) {
+            layers_free(want);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* ---- the worker's table ------------------------------------------------------ */
@@ -396,7 +476,7 @@ void sl_privnet_close(struct sl_privnet *net)
         struct slot *s = &net->slots[i];
         if (s->used && have_nl)
             sl_nl_link_del(&nl, s->ifname, NULL);
-        sl_egress_free(&s->policy);
+        layers_free(s->layer);
         free(s->learned);
     }
     if (have_nl)
@@ -445,8 +525,8 @@ static int slot_take(struct sl_privnet *net, uid_t uid)
     return (int)i;
 }
 
-/* Under lock: the chain, its counter, the map entry. */
-static int install_slot(struct sl_privnet *net, size_t slot, const struct sl_egress_policy *p,
+/* Under lock: the chains, the counter, the map entry, for want. */
+static int install_slot(struct sl_privnet *net, size_t slot, struct layer want[2],
                         struct sl_error *err)
 {
     struct slot *s = &net->slots[slot];
@@ -454,23 +534,18 @@ static int install_slot(struct sl_privnet *net, size_t slot, const struct sl_egr
     if (text_open(&t) < 0)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     const char *T = net->table;
-    /* What a slot's earlier network may have left (its table entries go
-     * at detach; this is for one whose removal failed). */
-    fprintf(t.f, "add chain inet %s sb%zu\nflush chain inet %s sb%zu\n", T, slot, T, slot);
+    fprintf(t.f, "add chain inet %s sb%zu\n", T, slot);
     /* A counter from zero (add, delete, add: whether or not one was left). */
     fprintf(t.f, "add counter inet %s sb%zu_denied\ndelete counter inet %s sb%zu_denied\n", T,
             slot, T, slot);
     fprintf(t.f, "add counter inet %s sb%zu_denied\n", T, slot);
-    size_t n_sets = 0;
-    render_chain(net, slot, p, t.f, &n_sets);
+    render_slot(net, slot, want, false, t.f);
     fprintf(t.f, "add element inet %s sandboxes { \"%s\" : jump sb%zu }\n", T, s->ifname, slot);
     char *cmds = text_close(&t);
     if (!cmds)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     int rc = sl_nft_run(net->nft, cmds, "cannot install the sandbox's egress policy", err);
     free(cmds);
-    if (rc == 0)
-        s->n_sets = n_sets;
     return rc;
 }
 
@@ -483,14 +558,15 @@ static void uninstall_slot(struct sl_privnet *net, size_t slot)
         return;
     fprintf(t.f, "delete element inet %s sandboxes { \"%s\" }\n", T, s->ifname);
     fprintf(t.f, "delete chain inet %s sb%zu\n", T, slot);
-    delete_sets(net, slot, s->n_sets, t.f);
+    if (s->layer[1].on)
+        fprintf(t.f, "delete chain inet %s sb%zub\n", T, slot);
+    delete_sets(net, slot, s->layer, t.f);
     fprintf(t.f, "delete counter inet %s sb%zu_denied\n", T, slot);
     char *cmds = text_close(&t);
     struct sl_error err = {0};
     if (cmds && sl_nft_run(net->nft, cmds, "cannot remove a sandbox's egress rules", &err) < 0)
         sl_warn("private network, %s: %s", s->ifname, sl_error_text(&err));
     free(cmds);
-    s->n_sets = 0;
 }
 
 /* The link: a veth pair, eth0 inside, routed both ways. */
@@ -524,13 +600,17 @@ out:
 }
 
 int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
-                      const struct sl_egress_policy *policy, struct sl_error *err)
+                      const struct sl_egress_policy *policy, const struct sl_egress_policy *bound,
+                      struct sl_error *err)
 {
-    const struct sl_egress_policy *p = policy ? policy : &net->dflt;
+    struct layer want[2];
+    if (layers_copy(net, want, policy, bound) < 0)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     pthread_mutex_lock(&net->lock);
     int slot = slot_take(net, uid);
     if (slot < 0) {
         pthread_mutex_unlock(&net->lock);
+        layers_free(want);
         return sl_error_set(err, SL_E_RUNTIME, ENOSPC,
                             "the private network %s has no free address", net->cidr);
     }
@@ -538,9 +618,8 @@ int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
     char ifname[sizeof(s->ifname)];
     snprintf(ifname, sizeof(ifname), "%s", s->ifname);
     /* The rules first: there is never a link without them. */
-    int rc = sl_egress_copy(&s->policy, p) < 0
-                 ? sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory")
-                 : install_slot(net, (size_t)slot, p, err);
+    int rc = install_slot(net, (size_t)slot, want, err);
+    memcpy(s->layer, want, sizeof(want)); /* owned by the slot now */
     pthread_mutex_unlock(&net->lock);
     if (rc == 0)
         rc = make_link(net, ifname, netns_fd, slot_addr(net, (size_t)slot), err);
@@ -551,6 +630,7 @@ int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
     } else {
         snprintf(s->error, sizeof(s->error), "%s", sl_error_text(err));
         uninstall_slot(net, (size_t)slot);
+        layers_free(s->layer);
     }
     pthread_mutex_unlock(&net->lock);
     return slot;
@@ -585,7 +665,7 @@ void sl_privnet_detach(struct sl_privnet *net, int slot)
     s = &net->slots[slot];
     if (attached)
         uninstall_slot(net, (size_t)slot);
-    sl_egress_free(&s->policy);
+    layers_free(s->layer);
     free(s->learned);
     *s = (struct slot){0};
     pthread_mutex_unlock(&net->lock);
@@ -602,54 +682,60 @@ static void cut_off(struct sl_privnet *net, size_t slot, const char *why)
         sl_nl_close(&nl);
     }
     uninstall_slot(net, slot);
+    layers_free(s->layer);
     s->attached = false;
     snprintf(s->error, sizeof(s->error), "%s", why);
 }
 
 int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egress_policy *policy,
-                          struct sl_error *err)
+                          const struct sl_egress_policy *bound, struct sl_error *err)
 {
-    const struct sl_egress_policy *p = policy ? policy : &net->dflt;
     int rc = 0;
     pthread_mutex_lock(&net->lock);
     for (size_t i = 0; i < net->n_slots; i++) {
         struct slot *s = &net->slots[i];
         if (!s->used || !s->attached || s->uid != uid)
             continue;
-        struct sl_egress_policy copy;
-        if (sl_egress_copy(&copy, p) < 0) {
+        struct layer want[2];
+        struct text t;
+        if (layers_copy(net, want, policy, bound) < 0) {
             rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
             continue;
         }
-        struct text t;
+        if (sl_egress_equal(&want[0].p, &s->layer[0].p) && want[1].on == s->layer[1].on &&
+            (!want[1].on || sl_egress_equal(&want[1].p, &s->layer[1].p))) {
+            layers_free(want); /* nothing to change */
+            continue;
+        }
         if (text_open(&t) < 0) {
-            sl_egress_free(&copy);
+            layers_free(want);
             rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
             continue;
         }
         /* One transaction: the old rules, then the old sets (no rule
-         * refers to them once the chain is flushed), the new ones, and
+         * refers to them once the chains are flushed), the new ones, and
          * what was learned that the new rules cover. */
-        size_t n_sets = 0;
         fprintf(t.f, "flush chain inet %s sb%zu\n", net->table, i);
-        delete_sets(net, i, s->n_sets, t.f);
-        render_chain(net, i, &copy, t.f, &n_sets);
-        render_learned(net, i, s, &copy, t.f);
+        if (s->layer[1].on)
+            fprintf(t.f, "flush chain inet %s sb%zub\n", net->table, i);
+        delete_sets(net, i, s->layer, t.f);
+        render_slot(net, i, want, s->layer[1].on, t.f);
+        render_learned(net, i, s, want, t.f);
         char *cmds = text_close(&t);
         struct sl_error e = {0};
         if (cmds && sl_nft_run(net->nft, cmds, "cannot change the sandbox's egress policy", &e) == 0) {
-            sl_egress_free(&s->policy);
-            s->policy = copy;
-            s->n_sets = n_sets;
+            layers_free(s->layer);
+            memcpy(s->layer, want, sizeof(want));
             s->error[0] = '\0';
         } else {
-            sl_egress_free(&copy);
+            layers_free(want);
             if (!cmds)
                 sl_error_set(&e, SL_E_INTERNAL, ENOMEM, "out of memory");
             /* Fail closed: the old policy is not what was asked. */
             cut_off(net, i, sl_error_text(&e));
             rc = -1;
-            *err = e;
+            if (err)
+                *err = e;
         }
         free(cmds);
     }
@@ -725,9 +811,20 @@ enum sl_egress_answer sl_privnet_answer_for(struct sl_privnet *net, uint32_t src
     pthread_mutex_lock(&net->lock);
     size_t i;
     struct slot *s = slot_of(net, src, &i);
-    enum sl_egress_answer a = s ? sl_egress_answer_for(&s->policy, name) : SL_EGRESS_REFUSE;
-    if (s && a == SL_EGRESS_REFUSE)
-        s->refused++;
+    enum sl_egress_answer a = SL_EGRESS_REFUSE;
+    if (s) {
+        /* Refused by either layer: refused; learned if either learns. */
+        a = sl_egress_answer_for(&s->layer[0].p, name);
+        if (s->layer[1].on) {
+            enum sl_egress_answer b = sl_egress_answer_for(&s->layer[1].p, name);
+            if (b == SL_EGRESS_REFUSE || a == SL_EGRESS_REFUSE)
+                a = SL_EGRESS_REFUSE;
+            else if (b == SL_EGRESS_LEARN)
+                a = SL_EGRESS_LEARN;
+        }
+        if (a == SL_EGRESS_REFUSE)
+            s->refused++;
+    }
     pthread_mutex_unlock(&net->lock);
     return a;
 }
@@ -753,23 +850,21 @@ void sl_privnet_learn(struct sl_privnet *net, uint32_t src, const char *name,
         long ttl = ttls[k] < LEARN_MIN_SECONDS   ? LEARN_MIN_SECONDS
                    : ttls[k] > LEARN_MAX_SECONDS ? LEARN_MAX_SECONDS
                                                  : (long)ttls[k];
-        char a[INET_ADDRSTRLEN];
+        char a[INET_ADDRSTRLEN], c[24];
         addr_text(addrs[k], a);
-        size_t set = 0;
-        for (size_t i = 0; i < s->policy.n_allow; i++) {
-            if (!s->policy.allow[i].is_domain)
-                continue;
-            if (sl_egress_domain_matches(&s->policy.allow[i], name)) {
-                /* "add" keeps an existing element's older timeout; the
-                 * delete-then-add in one transaction renews it. */
-                fprintf(t.f, "add element inet %s sb%zu_%zu { %s }\n", net->table, slot, set, a);
-                fprintf(t.f, "delete element inet %s sb%zu_%zu { %s }\n", net->table, slot, set,
-                        a);
-                fprintf(t.f, "add element inet %s sb%zu_%zu { %s timeout %lds }\n", net->table,
-                        slot, set, a, ttl);
+        for (int layer = 0; layer < 2; layer++) {
+            size_t sets[SL_EGRESS_MAX_RULES];
+            size_t m = covering_sets(&s->layer[layer], name, sets, SL_EGRESS_MAX_RULES);
+            chain_name(slot, layer, c, sizeof(c));
+            for (size_t i = 0; i < m; i++) {
+                /* "add" keeps an existing element's older timeout; add,
+                 * delete, add in one transaction renews it. */
+                fprintf(t.f, "add element inet %s %s_%zu { %s }\n", net->table, c, sets[i], a);
+                fprintf(t.f, "delete element inet %s %s_%zu { %s }\n", net->table, c, sets[i], a);
+                fprintf(t.f, "add element inet %s %s_%zu { %s timeout %lds }\n", net->table, c,
+                        sets[i], a, ttl);
                 any = true;
             }
-            set++;
         }
         if (s->learned) {
             struct learned *l = &s->learned[s->next_learned];

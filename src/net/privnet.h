@@ -41,12 +41,16 @@ void sl_privnet_close(struct sl_privnet *net);
 uint32_t sl_privnet_gateway(const struct sl_privnet *net);
 const char *sl_privnet_cidr(const struct sl_privnet *net);
 
-/* Give the network namespace netns_fd of sandbox uid its link and policy
- * (NULL: the worker's default). Returns a slot >= 0 to detach later; -1
- * with err when the network could not be set up, and then the namespace
- * is left with loopback only and the failure is kept for the status. */
+/* Give the network namespace netns_fd of sandbox uid its link and rules:
+ * `policy` (NULL: the worker's default), within `bound` (its tenant's,
+ * set by the operator; NULL: none), which is asked first: what the bound
+ * denies is denied whatever the policy says. Returns a slot to detach
+ * later (>= 0, even when the setup failed: then err is set, the namespace
+ * keeps loopback only and the slot keeps why, for the status); -1 when no
+ * slot could be had. */
 int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
-                      const struct sl_egress_policy *policy, struct sl_error *err);
+                      const struct sl_egress_policy *policy, const struct sl_egress_policy *bound,
+                      struct sl_error *err);
 /* The namespace of `slot` ended (or is about to): its link, rules and
  * address go. */
 void sl_privnet_detach(struct sl_privnet *net, int slot);
@@ -56,7 +60,7 @@ void sl_privnet_detach(struct sl_privnet *net, int slot);
  * stay open). A network whose new policy cannot be installed is cut off:
  * its link is removed, and -1 says so. 0 when uid has no live network. */
 int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egress_policy *policy,
-                          struct sl_error *err);
+                          const struct sl_egress_policy *bound, struct sl_error *err);
 
 struct sl_privnet_status {
     bool attached;          /* a link with its policy installed */

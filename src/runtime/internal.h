@@ -165,7 +165,7 @@ int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
  * uid's cgroup (session_fd: see sl_spawn_request). */
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
              const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
-             const struct sl_egress_policy *egress, int64_t deadline_us, int session_fd,
+             const struct sl_rt_egress *egress, int64_t deadline_us, int session_fd,
              struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err);
 
 /* Send x's request to the uid's warm session (started if needed); on

@@ -57,7 +57,7 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
 struct net_attach {
     struct sl_runtime *rt;
     uid_t uid;
-    const struct sl_egress_policy *egress;
+    const struct sl_rt_egress *egress;
     int slot;
 };
 
@@ -77,7 +77,8 @@ static int attach_network(void *ctx, pid_t pid, struct sl_error *err)
         sl_warn("sandbox uid %u has no network: %s", (unsigned)a->uid, sl_error_text(&why));
         return 0;
     }
-    a->slot = sl_privnet_attach(a->rt->privnet, a->uid, fd, a->egress, &why);
+    a->slot = sl_privnet_attach(a->rt->privnet, a->uid, fd, a->egress ? a->egress->policy : NULL,
+                                a->egress ? a->egress->bound : NULL, &why);
     if (why.code)
         sl_warn("sandbox uid %u has no network: %s", (unsigned)a->uid, sl_error_text(&why));
     return 0;
@@ -88,7 +89,7 @@ static int attach_network(void *ctx, pid_t pid, struct sl_error *err)
 static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid,
                         char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
                         size_t nmounts, const struct sl_rt_caps *caps,
-                        const struct sl_egress_policy *egress, int64_t deadline_us,
+                        const struct sl_rt_egress *egress, int64_t deadline_us,
                         int session_fd, int exec_cg_fd, struct sl_spawn_proc *proc,
                         int *net_slot, struct sl_error *err)
 {
@@ -153,7 +154,7 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
 
 int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
              const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
-             const struct sl_egress_policy *egress, int64_t deadline_us, int session_fd,
+             const struct sl_rt_egress *egress, int64_t deadline_us, int session_fd,
              struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err)
 {
     return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, caps, egress,
@@ -181,7 +182,7 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     struct sl_error spawn_err;
     sl_error_clear(&spawn_err);
     if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
-                     req->nmounts, &req->caps, req->egress, x->deadline_us, -1, x->cg_procs_fd,
+                     req->nmounts, &req->caps, &req->egress, x->deadline_us, -1, x->cg_procs_fd,
                      &x->proc, &x->net_slot, &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the

@@ -100,10 +100,13 @@ struct sl_rt_exec_request {
         int64_t memory_bytes, pids;
         double cpus;
     } caps;
-    /* Private network mode: the sandbox's egress policy when it starts a
-     * network namespace (NULL: the worker's default). A running session
-     * gets a changed one from sl_privnet_set_policy, not from here. */
-    const struct sl_egress_policy *egress;
+    /* Private network mode: the sandbox's egress rules when it starts a
+     * network namespace (sl_privnet_attach: policy NULL = the worker's
+     * default, bound NULL = none). A running session gets changed ones
+     * from sl_privnet_set_policy, not from here. */
+    struct sl_rt_egress {
+        const struct sl_egress_policy *policy, *bound;
+    } egress;
 };
 
 struct sl_rt_exec_result {

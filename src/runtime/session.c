@@ -86,7 +86,7 @@ static bool session_alive(const struct rt_session *s)
 static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
                                         const struct sl_rt_mount *mounts, size_t nmounts,
                                         const struct sl_rt_caps *caps,
-                                        const struct sl_egress_policy *egress,
+                                        const struct sl_rt_egress *egress,
                                         struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
@@ -162,7 +162,7 @@ static void session_recap(struct sl_runtime *rt, struct rt_session *s,
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
                                       const struct sl_rt_mount *mounts, size_t nmounts,
                                       const struct sl_rt_caps *caps,
-                                      const struct sl_egress_policy *egress,
+                                      const struct sl_rt_egress *egress,
                                       struct sl_error *err)
 {
     pthread_mutex_lock(&rt->sessions_lock);
@@ -365,7 +365,7 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
     for (int attempt = 0; attempt < 2; attempt++) {
         struct rt_session *s =
             session_get(rt, req->sandbox_root, req->uid, req->mounts, req->nmounts, &req->caps,
-                        req->egress, err);
+                        &req->egress, err);
         if (!s)
             return -1;
         /* Templates attached or detached since the session started: its

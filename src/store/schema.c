@@ -100,6 +100,16 @@ static const struct sl_schema_column api_key_columns[] = {
     COL_NULL("revoked_at", SL_SCHEMA_DATETIME),
 };
 
+/* Egress policies of the private network mode (issue 15): scope_key is
+ * "sandbox:<sandbox_id>" or "tenant:<tenant_id>", policy_json the policy
+ * (net/egress.h) in its canonical form. */
+static const struct sl_schema_column egress_columns[] = {
+    STR("scope_key", 200),
+    COL("policy_json", SL_SCHEMA_JSON),
+    STR_NULL("updated_by", 255),
+    COL("updated_at", SL_SCHEMA_DATETIME),
+};
+
 const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
     [SL_SCHEMA_WORKER] = {"agent_sandbox_worker", worker_columns, SL_ARRAY_LEN(worker_columns),
                           "worker_id", NULL, NULL},
@@ -111,6 +121,8 @@ const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
                           "tenant_id", NULL, NULL, true},
     [SL_SCHEMA_API_KEY] = {"agent_sandbox_api_key", api_key_columns,
                            SL_ARRAY_LEN(api_key_columns), "key_id", NULL, NULL, true},
+    [SL_SCHEMA_EGRESS] = {"agent_sandbox_egress_policy", egress_columns,
+                          SL_ARRAY_LEN(egress_columns), "scope_key", NULL, NULL, true},
 };
 
 const struct sl_schema_index sl_schema_indexes[] = {

@@ -44,6 +44,7 @@
     "lifecycle_count, total_lifetime_ms, lifecycle_history_json, created_at, updated_at"
 
 /* Ours (store/schema.c): tenants and their API keys. */
+#define EGRESS_TABLE "agent_sandbox_egress_policy"
 #define TENANT_TABLE "agent_sandbox_tenant"
 #define TENANT_COLUMNS "tenant_id, quotas_json, created_by, created_at, updated_at"
 #define KEY_TABLE "agent_sandbox_api_key"
@@ -107,6 +108,10 @@ enum stmt_id {
     ST_KEY_LIST,
     ST_KEY_REVOKE,
     ST_TENANT_USAGE,
+    ST_EGRESS_GET,
+    ST_EGRESS_UPDATE,
+    ST_EGRESS_INSERT,
+    ST_EGRESS_DELETE,
     ST_COUNT
 };
 _Static_assert(ST_COUNT <= SL_SQL_MAX_STMTS, "raise SL_SQL_MAX_STMTS");
@@ -284,6 +289,12 @@ static const char *const stmt_sql[ST_COUNT] = {
                         " WHERE sandbox_id LIKE ?1 AND status IN ('READY', 'RUNNING')), "
                         "(SELECT COUNT(*) FROM " EXEC_TABLE " WHERE sandbox_id LIKE ?1 "
                         "AND status = 'RUNNING')",
+    [ST_EGRESS_GET] = "SELECT {JSON_TEXT:policy_json} FROM " EGRESS_TABLE " WHERE scope_key = ?1",
+    [ST_EGRESS_UPDATE] = "UPDATE " EGRESS_TABLE " SET policy_json = ?2, updated_by = ?3, "
+                         "updated_at = ?4 WHERE scope_key = ?1",
+    [ST_EGRESS_INSERT] = "INSERT INTO " EGRESS_TABLE " (scope_key, policy_json, updated_by, "
+                         "updated_at) VALUES (?1, ?2, ?3, ?4)",
+    [ST_EGRESS_DELETE] = "DELETE FROM " EGRESS_TABLE " WHERE scope_key = ?1",
 };
 
 struct sql_store {
@@ -1070,6 +1081,7 @@ static int sql_prepare_schema(struct sl_store *s, bool auto_ddl, char **warnings
     if (rc == 0)
         rc = sl_schema_check(live, warnings, err);
     s->tenancy = rc == 0 && live[SL_SCHEMA_TENANT].len > 0 && live[SL_SCHEMA_API_KEY].len > 0;
+    s->egress_policies = rc == 0 && live[SL_SCHEMA_EGRESS].len > 0;
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++)
         sl_strlist_free(&live[t]);
     return rc;
@@ -2069,6 +2081,81 @@ static int sql_tenant_set_quotas(struct sl_store *s, const char *tenant_id,
     return changed < 0 ? sl_error_wrap(err, "update tenant") : changed > 0 ? 1 : 0;
 }
 
+static int sql_egress_get(struct sl_store *s, const char *scope_key, char **json,
+                          struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *json = NULL;
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, scope_key);
+    if (query(st, c, ST_EGRESS_GET, &a, err) < 0)
+        return sl_error_wrap(err, "read egress policy");
+    int r = next(st, c, err);
+    if (r <= 0)
+        return r;
+    struct reader rd = reader_of(st, c);
+    *json = read_str(&rd, 0, false);
+    if (reader_done(&rd, EGRESS_TABLE, err) < 0) {
+        free(*json);
+        *json = NULL;
+        return -1;
+    }
+    return 1;
+}
+
+/* Update, else insert; an insert that lost to another's insert updates. */
+static int sql_egress_put(struct sl_store *s, const char *scope_key, const char *json,
+                          const char *updated_by, int64_t now, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        struct args a;
+        args_init(&a, s);
+        arg_text(&a, 1, scope_key);
+        arg_text(&a, 2, json);
+        arg_text(&a, 3, updated_by);
+        arg_ts(&a, 4, now, false);
+        int64_t changed = run(st, c, ST_EGRESS_UPDATE, &a, err);
+        if (changed < 0)
+            return sl_error_wrap(err, "update egress policy");
+        if (changed > 0)
+            return 0;
+        args_init(&a, s);
+        arg_text(&a, 1, scope_key);
+        arg_text(&a, 2, json);
+        arg_text(&a, 3, updated_by);
+        arg_ts(&a, 4, now, false);
+        int rc = query(st, c, ST_EGRESS_INSERT, &a, err);
+        if (rc == SL_SQL_CONFLICT) {
+            sl_error_clear(err);
+            continue;
+        }
+        return rc < 0 ? sl_error_wrap(err, "insert egress policy") : 0;
+    }
+    return sl_error_set(err, SL_E_STORE, 0, "egress policy %s: written by another meanwhile",
+                        scope_key);
+}
+
+static int sql_egress_delete(struct sl_store *s, const char *scope_key, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, scope_key);
+    int64_t changed = run(st, c, ST_EGRESS_DELETE, &a, err);
+    return changed < 0 ? sl_error_wrap(err, "delete egress policy") : changed > 0 ? 1 : 0;
+}
+
 static int key_read(struct sql_store *st, struct sl_sql_conn *c, struct sl_api_key *out,
                     struct sl_error *err)
 {
@@ -2246,6 +2333,9 @@ static const struct sl_store_ops sql_ops = {
     .tenant_get = sql_tenant_get,
     .tenant_list = sql_tenant_list,
     .tenant_set_quotas = sql_tenant_set_quotas,
+    .egress_get = sql_egress_get,
+    .egress_put = sql_egress_put,
+    .egress_delete = sql_egress_delete,
     .api_key_insert = sql_api_key_insert,
     .api_key_get = sql_api_key_get,
     .api_key_list = sql_api_key_list,

@@ -293,6 +293,15 @@ struct sl_store_ops {
     /* Workers: upsert the heartbeat row (FLEET.md §2.1). */
     int (*worker_upsert)(struct sl_store *s, const struct sl_worker_row *w, struct sl_error *err);
 
+    /* Egress policies (only when s->egress_policies), by scope key
+     * ("sandbox:<id>", "tenant:<id>"). get: 1 with *json (the caller
+     * frees it), 0 none, -1. put: written (made or replaced), 0 or -1.
+     * delete: 1 removed, 0 there was none, -1. */
+    int (*egress_get)(struct sl_store *s, const char *scope_key, char **json,
+                      struct sl_error *err);
+    int (*egress_put)(struct sl_store *s, const char *scope_key, const char *json,
+                      const char *updated_by, int64_t now, struct sl_error *err);
+    int (*egress_delete)(struct sl_store *s, const char *scope_key, struct sl_error *err);
     /* Tenants (only when s->tenancy). insert: 1 inserted, 0 the tenant_id
      * exists, -1. get: 1 found, 0 absent, -1. list: ordered by tenant_id,
      * free with sl_tenants_free. set_quotas: quotas_json (NULL = none) and
@@ -332,6 +341,9 @@ struct sl_store {
      * with auto-DDL): false on a database the reference made, where the
      * tenant methods must not be called. */
     bool tenancy;
+    /* The egress policy table exists (prepare_schema); without it the
+     * egress methods must not be called. */
+    bool egress_policies;
 };
 
 /* Open the store configured in cfg. *warning (malloc'd, NULL if none) says

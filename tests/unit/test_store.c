@@ -1445,6 +1445,35 @@ static void test_exec_termination_reason(void **state)
 
 /* Tenants and their API keys (ours): on every backend, with the same
  * answers for a second insert, an unknown id and a second revocation. */
+/* Egress policies by scope key: absent, written, replaced (an update, not
+ * a second row), removed. */
+static void test_egress_policies(void **state)
+{
+    struct fixture *f = *state;
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    assert_true(s->egress_policies);
+    char *json = NULL;
+    assert_int_equal(s->ops->egress_get(s, "sandbox:sb-1", &json, &err), 0);
+    assert_null(json);
+    assert_int_equal(s->ops->egress_put(s, "sandbox:sb-1", "{\"default\":\"deny\"}", "op", T0, &err),
+                     0);
+    assert_int_equal(s->ops->egress_put(s, "tenant:acme", "{\"default\":\"allow\"}", NULL, T0, &err),
+                     0);
+    assert_int_equal(s->ops->egress_put(s, "sandbox:sb-1", "{\"default\":\"allow\",\"allow\":[]}",
+                                        "op", T0 + 1, &err),
+                     0);
+    assert_int_equal(s->ops->egress_get(s, "sandbox:sb-1", &json, &err), 1);
+    assert_non_null(strstr(json, "\"allow\""));
+    assert_null(strstr(json, "deny"));
+    free(json);
+    assert_int_equal(s->ops->egress_delete(s, "sandbox:sb-1", &err), 1);
+    assert_int_equal(s->ops->egress_delete(s, "sandbox:sb-1", &err), 0);
+    assert_int_equal(s->ops->egress_get(s, "sandbox:sb-1", &json, &err), 0);
+    assert_int_equal(s->ops->egress_get(s, "tenant:acme", &json, &err), 1);
+    free(json);
+}
+
 static void test_tenants_and_keys(void **state)
 {
     struct fixture *f = *state;
@@ -1719,6 +1748,7 @@ int main(void)
         cmocka_unit_test(test_schema_compare_pure),
         cmocka_unit_test_setup_teardown(test_no_schema_is_store_error, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_route_roundtrip, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_egress_policies, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_insert_conflicts, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_touch, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_cas, setup_ready, teardown),
