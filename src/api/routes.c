@@ -16,6 +16,7 @@
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/util.h"
+#include "net/egress.h"
 #include "service/service.h"
 #include "service/tenants.h"
 #include "store/store.h"
@@ -262,21 +263,91 @@ static void h_audit(struct sl_request *req, struct sl_response *resp)
     respond_result(resp, doc, &err);
 }
 
+/* "egress" of a body: absent (*given false), null (*given, *p empty:
+ * back to what the sandbox inherits) or a policy. false when answered
+ * (422 EGRESS_POLICY_INVALID). */
+static bool body_egress(struct sl_request *req, struct sl_response *resp, bool *given,
+                        struct sl_egress_policy *p, bool *is_null)
+{
+    memset(p, 0, sizeof(*p));
+    const json_t *e = json_object_get(req->body, "egress");
+    *given = e != NULL;
+    *is_null = e && json_is_null(e);
+    if (!e || *is_null)
+        return true;
+    struct sl_error err = {0};
+    if (sl_egress_parse(e, p, &err) == 0)
+        return true;
+    respond_error(resp, &err);
+    return false;
+}
+
 static void h_connect(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
     sl_v_init(&v);
     int64_t generation = 0;
     sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    bool has_egress = false, egress_null = false;
+    struct sl_egress_policy egress;
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
-    } else {
+    } else if (body_egress(req, resp, &has_egress, &egress, &egress_null)) {
         struct sl_error err = {0};
         bool held = false;
         if (quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0], &held)) {
-            respond_result(resp, sl_svc_connect(req->svc, req->params[0], generation, &err), &err);
+            json_t *doc = sl_svc_connect(req->svc, req->params[0], generation, &err);
+            /* Ours: the egress policy it is created with (private mode),
+             * stored before its first command can start a network. */
+            char actor[SL_PRINCIPAL_ACTOR_MAX];
+            json_t *net = doc && has_egress
+                              ? sl_svc_network_set(req->svc, req->params[0], generation,
+                                                   egress_null ? NULL : &egress,
+                                                   sl_principal_actor(req->principal, actor), &err)
+                              : NULL;
+            if (net)
+                json_object_set_new(doc, "network", net);
+            if (doc && has_egress && !net) {
+                json_decref(doc);
+                doc = NULL;
+            }
+            respond_result(resp, doc, &err);
             sl_svc_quota_leave(req->svc, held);
         }
+        sl_egress_free(&egress);
+    }
+    sl_v_free(&v);
+}
+
+/* ---- network (ours: the private mode's egress policy) ---------------------- */
+
+static void h_network_get(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_network_get(req->svc, req->params[0], &err), &err);
+}
+
+static void h_network_put(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    if (!json_object_get(req->body, "egress"))
+        sl_v_fail(&v, "egress", "is required: a policy object, or null for the inherited one");
+    bool given = false, is_null = false;
+    struct sl_egress_policy egress;
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else if (body_egress(req, resp, &given, &egress, &is_null)) {
+        struct sl_error err = {0};
+        char actor[SL_PRINCIPAL_ACTOR_MAX];
+        respond_result(resp,
+                       sl_svc_network_set(req->svc, req->params[0], generation,
+                                          is_null ? NULL : &egress,
+                                          sl_principal_actor(req->principal, actor), &err),
+                       &err);
+        sl_egress_free(&egress);
     }
     sl_v_free(&v);
 }
@@ -888,6 +959,38 @@ static void h_tenant_patch(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+static void h_tenant_egress_get(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_error err = {0};
+    respond_result(resp, sl_svc_tenant_egress_get(req->svc, req->params[0], &err), &err);
+}
+
+static void h_tenant_egress_put(struct sl_request *req, struct sl_response *resp)
+{
+    if (!tenant_param_ok(resp, req->params[0]))
+        return;
+    struct sl_validation v;
+    sl_v_init(&v);
+    if (!json_object_get(req->body, "egress"))
+        sl_v_fail(&v, "egress", "is required: a policy object, or null for none");
+    bool given = false, is_null = false;
+    struct sl_egress_policy egress;
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else if (body_egress(req, resp, &given, &egress, &is_null)) {
+        struct sl_error err = {0};
+        char actor[SL_PRINCIPAL_ACTOR_MAX];
+        respond_result(resp,
+                       sl_svc_tenant_egress_set(req->svc, req->params[0], is_null ? NULL : &egress,
+                                                sl_principal_actor(req->principal, actor), &err),
+                       &err);
+        sl_egress_free(&egress);
+    }
+    sl_v_free(&v);
+}
+
 static void h_key_create(struct sl_request *req, struct sl_response *resp)
 {
     if (!tenant_param_ok(resp, req->params[0]))
@@ -1182,6 +1285,12 @@ const struct sl_route_def sl_routes[] = {
      NULL, 0, false, false, true, false},
     {"GET", SBX "/audit", h_audit, true, false, "getSandboxAudit", "Lifecycle audit trail", NULL,
      "AuditResponse", NULL, 0, false, false, true, false},
+    {"GET", SBX "/network", h_network_get, true, false, "getSandboxNetwork",
+     "Its network: mode, egress policy, state, denials", NULL, "SandboxNetwork", NULL, 0, false,
+     false, true, false},
+    {"PUT", SBX "/network", h_network_put, true, true, "setSandboxEgress",
+     "Set its egress policy (applies to a running session at once)", "SandboxEgressRequest",
+     "SandboxNetwork", NULL, 0, false, false, true, false},
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
      "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, true, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
@@ -1202,6 +1311,12 @@ const struct sl_route_def sl_routes[] = {
     {"PATCH", "/api/v1/admin/tenants/{tenant_id}", h_tenant_patch, true, true,
      "adminSetTenantQuotas", "Change a tenant's quotas", "TenantQuotasRequest", "Tenant", NULL, 0,
      false, false, false, false},
+    {"GET", "/api/v1/admin/tenants/{tenant_id}/egress", h_tenant_egress_get, true, false,
+     "adminGetTenantEgress", "A tenant's egress policy (private network mode)", NULL,
+     "TenantEgress", NULL, 0, false, false, false, false},
+    {"PUT", "/api/v1/admin/tenants/{tenant_id}/egress", h_tenant_egress_put, true, true,
+     "adminSetTenantEgress", "Set or remove a tenant's egress policy", "TenantEgressRequest",
+     "TenantEgress", NULL, 0, false, false, false, false},
     {"POST", "/api/v1/admin/tenants/{tenant_id}/keys", h_key_create, true, true,
      "adminCreateApiKey", "Issue an API key to a tenant", "ApiKeyCreateRequest", "ApiKeyCreated",
      NULL, 0, false, false, false, true},
@@ -1264,6 +1379,8 @@ const struct sl_route_def sl_routes[] = {
     INTERNAL("POST", "/resume", h_resume, false, 0, false),
     INTERNAL("POST", "/templates", h_template_publish, true, 0, false),
     INTERNAL("PUT", "/templates", h_template_attach, true, 0, false),
+    INTERNAL("GET", "/network", h_network_get, false, 0, false),
+    INTERNAL("PUT", "/network", h_network_put, true, 0, false),
 #undef INTERNAL
 #undef INT
 };

@@ -502,6 +502,11 @@ const char *sl_privnet_cidr(const struct sl_privnet *net)
     return net->cidr;
 }
 
+const struct sl_egress_policy *sl_privnet_default(const struct sl_privnet *net)
+{
+    return &net->dflt;
+}
+
 /* ---- slots --------------------------------------------------------------------- */
 
 /* A free slot, the lowest (under lock); -1 when the subnet is full. */

@@ -40,6 +40,8 @@ void sl_privnet_close(struct sl_privnet *net);
  * resolver (network order). */
 uint32_t sl_privnet_gateway(const struct sl_privnet *net);
 const char *sl_privnet_cidr(const struct sl_privnet *net);
+/* The worker's default policy (lives as long as net). */
+const struct sl_egress_policy *sl_privnet_default(const struct sl_privnet *net);
 
 /* Give the network namespace netns_fd of sandbox uid its link and rules:
  * `policy` (NULL: the worker's default), within `bound` (its tenant's,

@@ -435,6 +435,18 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0 ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
                                                     : 0,
     };
+    /* Private network mode: the rules its network starts with, if this
+     * command starts one. A store that cannot say fails the command
+     * rather than run it with rules it did not ask for. */
+    struct svc_egress egress;
+    if (svc_egress_for_exec(svc, x->sandbox_id, &egress, &err) < 0) {
+        free(mounts);
+        free(argv);
+        sl_env_free(&env);
+        record_failure(&x->rec, "RuntimeError", err.message);
+        return false;
+    }
+    svc_egress_rt(&egress, &rreq.egress);
     atomic_fetch_add(&svc->running_execs, 1);
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
@@ -460,6 +472,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
     free(argv);
     free(mounts);
     sl_env_free(&env);
+    svc_egress_free(&egress);
     if (rc < 0) {
         atomic_fetch_sub(&svc->running_execs, 1);
         record_failure(&x->rec, "RuntimeError", err.message);

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "config/config.h"
+#include "net/egress.h"
 #include "registry/registry.h"
 #include "runtime/runtime.h"
 #include "service/api_keys.h"
@@ -21,6 +22,13 @@
 
 /* A sandbox live on this worker process (the runtime table of API.md §2.2
  * rule 4): created by connect, removed by release. */
+/* A sandbox's stored egress policies (service/network.c): its own and
+ * its tenant's, each when there is one. */
+struct svc_egress {
+    bool has_own, has_tenant;
+    struct sl_egress_policy own, tenant;
+};
+
 struct sl_live {
     char *sandbox_id;
     int64_t generation;
@@ -34,6 +42,11 @@ struct sl_live {
     /* Attached templates (API.md §3.13): array of records, each with its
      * "local_path"; NULL = none. Owned by the entry. */
     json_t *templates;
+    /* Private network mode: its egress policies as last read (NULL: not
+     * yet), and the denial counts its log line last said. */
+    struct svc_egress *egress;
+    int64_t egress_at_us;
+    uint64_t denied_logged, refused_logged;
 };
 
 struct svc_exec;
@@ -279,5 +292,22 @@ size_t svc_finish_retry_pending(struct sl_service *svc);
 bool svc_finish_retry_holds(struct sl_service *svc, const char *sandbox_id);
 void svc_finish_retry_free(struct sl_service *svc);
 json_t *svc_disk_json(const struct sl_disk_status *d);
+
+/* ---- egress policies (network.c) ---- */
+
+int svc_tenant_exists(struct sl_service *svc, const char *tenant_id, struct sl_error *err);
+/* The stored policies of a sandbox (none: both has_ false). */
+int svc_egress_load(struct sl_service *svc, const char *sandbox_id, struct svc_egress *out,
+                    struct sl_error *err);
+/* Those of a command about to start (a copy, read at most
+ * EGRESS_CACHE_US ago); nothing outside the private mode. */
+int svc_egress_for_exec(struct sl_service *svc, const char *sandbox_id, struct svc_egress *out,
+                        struct sl_error *err);
+void svc_egress_free(struct svc_egress *e);
+/* The runtime's view of them (pointers into e). */
+void svc_egress_rt(const struct svc_egress *e, struct sl_rt_egress *out);
+/* Maintenance: running sandboxes' rules brought to the store's; denials
+ * logged, once a cycle per sandbox that had new ones. */
+void svc_egress_cycle(struct sl_service *svc);
 
 #endif

@@ -491,6 +491,7 @@ static void *service_loop(void *arg)
             /* Steps 3-5: idle, stuck and expired routes, orphaned dirs. */
             svc_reaper_cycle(svc);
             svc_disk_quota_cycle(svc);
+            svc_egress_cycle(svc);
             next_maint = now + maint_every;
         }
         pthread_mutex_lock(&svc->loop_lock);
@@ -813,6 +814,9 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
         l = &svc->live[svc->live_n];
         l->sandbox_id = strdup(sandbox_id);
         l->templates = NULL;
+        l->egress = NULL;
+        l->egress_at_us = 0;
+        l->denied_logged = l->refused_logged = 0;
         l->listings = 0;
         l->stored_output_bytes = -1;
         l->disk_bytes = -1;
@@ -849,6 +853,10 @@ void svc_live_remove(struct sl_service *svc, const char *sandbox_id)
     if (l) {
         free(l->sandbox_id);
         json_decref(l->templates);
+        if (l->egress) {
+            svc_egress_free(l->egress);
+            free(l->egress);
+        }
         *l = svc->live[--svc->live_n];
     }
     pthread_mutex_unlock(&svc->live_lock);

@@ -48,6 +48,21 @@ void sl_service_close(struct sl_service *svc);
 int sl_service_start(struct sl_service *svc, struct sl_error *err);
 
 const char *sl_service_worker_id(const struct sl_service *svc);
+
+/* Egress policies (private network mode; service/network.c). A policy of
+ * NULL removes the sandbox's (or tenant's) own, back to what it inherits.
+ * Refusals: 409 EGRESS_POLICY_UNSUPPORTED outside the private mode, 503
+ * EGRESS_POLICY_NOT_INSTALLED when a running sandbox had to be cut off. */
+struct sl_egress_policy;
+json_t *sl_svc_network_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+json_t *sl_svc_network_set(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           const struct sl_egress_policy *policy, const char *actor,
+                           struct sl_error *err);
+json_t *sl_svc_tenant_egress_get(struct sl_service *svc, const char *tenant_id,
+                                 struct sl_error *err);
+json_t *sl_svc_tenant_egress_set(struct sl_service *svc, const char *tenant_id,
+                                 const struct sl_egress_policy *policy, const char *actor,
+                                 struct sl_error *err);
 /* The configuration the service was opened with (read-only, lives as long
  * as the service). */
 const struct sl_config *sl_service_config(const struct sl_service *svc);

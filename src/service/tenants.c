@@ -172,6 +172,15 @@ static int tenant_load(struct sl_service *svc, const char *tenant_id, struct sl_
     return found == 1 ? 0 : -1;
 }
 
+int svc_tenant_exists(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
+{
+    struct sl_tenant t;
+    if (tenant_load(svc, tenant_id, &t, err) < 0)
+        return -1;
+    sl_tenant_clear(&t);
+    return 0;
+}
+
 json_t *sl_svc_tenant_get(struct sl_service *svc, const char *tenant_id, struct sl_error *err)
 {
     struct sl_tenant t;
