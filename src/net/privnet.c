@@ -622,8 +622,10 @@ int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
     struct slot *s = &net->slots[slot];
     char ifname[sizeof(s->ifname)];
     snprintf(ifname, sizeof(ifname), "%s", s->ifname);
-    /* The rules first: there is never a link without them. */
+    /* The rules first: there is never a link without them. A failed
+     * install left nothing (one transaction). */
     int rc = install_slot(net, (size_t)slot, want, err);
+    bool installed = rc == 0;
     memcpy(s->layer, want, sizeof(want)); /* owned by the slot now */
     pthread_mutex_unlock(&net->lock);
     if (rc == 0)
@@ -634,7 +636,8 @@ int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
         s->attached = true;
     } else {
         snprintf(s->error, sizeof(s->error), "%s", sl_error_text(err));
-        uninstall_slot(net, (size_t)slot);
+        if (installed)
+            uninstall_slot(net, (size_t)slot);
         layers_free(s->layer);
     }
     pthread_mutex_unlock(&net->lock);
