@@ -129,7 +129,8 @@ int main(int argc, char **argv)
                                       json_string("some aggregate sandbox quotas are not enforced "
                                                   "on this host (see capabilities.cgroups)"));
             /* Network modes this host can give a sandbox: host always;
-             * isolated if a sandbox with its own network namespace launches. */
+             * isolated if a sandbox with its own network namespace launches;
+             * private if that and the private network's parts work. */
             json_t *modes = json_array();
             json_array_append_new(modes, json_string("host"));
             struct sl_rt_options iso = rto;
@@ -143,6 +144,16 @@ int main(int argc, char **argv)
             } else {
                 json_array_append_new(warnings, json_string("network mode 'isolated' is unavailable"));
             }
+            /* private: nftables tables can be made here and forwarding
+             * turned on (net/privnet.c's needs besides the namespace). */
+            struct sl_net_modes nm;
+            sl_net_modes_probe(&nm);
+            if (nm.private_mode)
+                json_array_append_new(modes, json_string("private"));
+            else
+                json_array_append_new(
+                    warnings, json_string(nm.why[0] ? nm.why
+                                                    : "network mode 'private' is unavailable"));
             json_object_set_new(caps, "network_modes", modes);
             /* The toolchains, launched for real with the managed environment;
              * the probe sandbox lives in the doctor's temporary directory. */

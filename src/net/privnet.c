@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -796,6 +797,56 @@ bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_stat
     }
     pthread_mutex_unlock(&net->lock);
     return found;
+}
+
+size_t sl_privnet_connected(struct sl_privnet *net)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&net->lock);
+    for (size_t i = 0; i < net->n_slots; i++)
+        n += net->slots[i].used && net->slots[i].attached;
+    pthread_mutex_unlock(&net->lock);
+    return n;
+}
+
+static void *try_netns(void *arg)
+{
+    *(int *)arg = unshare(CLONE_NEWNET) == 0 ? 0 : errno;
+    return NULL;
+}
+
+void sl_net_modes_probe(struct sl_net_modes *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->host = true;
+    int e = EAGAIN;
+    pthread_t t;
+    /* A thread of its own: the namespace goes with it. */
+    if (pthread_create(&t, NULL, try_netns, &e) == 0)
+        pthread_join(t, NULL);
+    if (e != 0) {
+        snprintf(out->why, sizeof(out->why), "isolated: cannot make a network namespace: %s",
+                 strerror(e));
+        return;
+    }
+    out->isolated = true;
+    if (access("/proc/sys/net/ipv4/ip_forward", W_OK) < 0) {
+        snprintf(out->why, sizeof(out->why),
+                 "private: cannot turn on net.ipv4.ip_forward (%s): run as root", strerror(errno));
+        return;
+    }
+    struct sl_nft *nft = NULL;
+    struct sl_error err = {0};
+    char cmd[96];
+    snprintf(cmd, sizeof(cmd), "add table inet sandloom_probe_%d\ndelete table inet sandloom_probe_%d",
+             (int)getpid(), (int)getpid());
+    if (sl_nft_open(&nft, &err) < 0 || sl_nft_run(nft, cmd, "nftables", &err) < 0) {
+        snprintf(out->why, sizeof(out->why), "private: %s", sl_error_text(&err));
+        sl_nft_close(nft);
+        return;
+    }
+    sl_nft_close(nft);
+    out->private_mode = true;
 }
 
 /* ---- for the resolver ------------------------------------------------------- */

@@ -75,6 +75,20 @@ struct sl_privnet_status {
  * when it has none. */
 bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_status *out);
 
+/* Sandboxes with a connected network now. */
+size_t sl_privnet_connected(struct sl_privnet *net);
+
+/* Which network modes this host can give a sandbox, asked for real:
+ * "isolated" when a thread can make a network namespace, "private" when
+ * this process can also make and remove an nftables table and turn on
+ * forwarding; `why` says what was missing for the first that cannot
+ * (empty when all can). */
+struct sl_net_modes {
+    bool host, isolated, private_mode;
+    char why[256];
+};
+void sl_net_modes_probe(struct sl_net_modes *out);
+
 /* ---- for the resolver ---- */
 
 /* What to do with a query for `name` from sandbox address `src` (network

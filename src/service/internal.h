@@ -8,6 +8,7 @@
 
 #include "config/config.h"
 #include "net/egress.h"
+#include "net/privnet.h"
 #include "registry/registry.h"
 #include "runtime/runtime.h"
 #include "service/api_keys.h"
@@ -76,6 +77,7 @@ struct sl_service {
     struct sl_registry *registry;
     struct sl_runtime *runtime;
     struct sl_privnet *privnet; /* private network mode, else NULL (not owned) */
+    struct sl_net_modes net_modes; /* what the host can provide, probed at open */
     struct sl_blobstore *blobstore; /* NULL: templates stay on this worker */
 
     /* Sized like the registry entry and the SQL columns they end up in. */

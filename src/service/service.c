@@ -274,6 +274,7 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     svc->registry = deps->registry;
     svc->runtime = deps->runtime;
     svc->privnet = deps->privnet;
+    sl_net_modes_probe(&svc->net_modes);
     svc->blobstore = deps->blobstore;
     pthread_mutex_init(&svc->live_lock, NULL);
     pthread_mutex_init(&svc->quota_lock, NULL);
@@ -756,6 +757,18 @@ json_t *sl_svc_healthz(struct sl_service *svc)
                   (json_int_t)cfg->suspended_retention_seconds, "orphan_dormant_dir_ttl_seconds",
                   (json_int_t)cfg->orphan_dormant_dir_ttl_seconds);
     json_t *reaper = svc_reaper_status(svc);
+    /* Ours: the network mode, those the host can provide (probed at
+     * start), and the private mode's subnet and connected sandboxes. */
+    json_t *modes = json_array();
+    json_array_append_new(modes, json_string("host"));
+    if (svc->net_modes.isolated)
+        json_array_append_new(modes, json_string("isolated"));
+    if (svc->net_modes.private_mode)
+        json_array_append_new(modes, json_string("private"));
+    json_t *network = json_pack(
+        "{s:s,s:o,s:o,s:I}", "mode", cfg->network_mode, "modes_available", modes,
+        "private_network", svc->privnet ? json_string(sl_privnet_cidr(svc->privnet)) : json_null(),
+        "connected_sandboxes", (json_int_t)(svc->privnet ? sl_privnet_connected(svc->privnet) : 0));
     json_t *worker =
         json_pack("{s:s,s:s,s:s,s:s,s:i,s:i,s:O,s:s,s:s,s:o,s:o}", "id", svc->worker_id, "epoch",
                   svc->worker_epoch, "endpoint", svc->endpoint, "storage_mode",
@@ -763,6 +776,7 @@ json_t *sl_svc_healthz(struct sl_service *svc)
                   "running_execs", atomic_load(&svc->running_execs), "capabilities",
                   svc->capabilities, "profile_id", cfg->profile_id, "profile_hash",
                   svc->profile_hash, "orphan_reaper", reaper, "reclamation", reclamation);
+    json_object_set_new(worker, "network", network);
     /* /healthz needs no token: a file's name, never where it lives (the
      * state layout is the host's business, not every caller's). */
     const char *database = svc->store->database;

@@ -24,6 +24,8 @@ def test_doctor_reports_a_usable_host(sandloomd_binary):
     assert caps["selected_level"] in caps["supported_levels"]
     assert caps["seccomp"] is True and caps["seccomp_policy"] == "sandloom-default-v2"
     assert "host" in caps["network_modes"]
+    if os.geteuid() == 0:  # the private mode's parts (nftables, forwarding) need root
+        assert caps["network_modes"] == ["host", "isolated", "private"], caps["network_modes"]
     assert caps["toolchains"]["python"]["status"] == "available", caps["toolchains"]
     assert set(caps["cgroups"]) >= {"version", "memory_quota", "pids_quota", "cpu_quota"}
     assert len(d["operator_guidance"]) == 4

@@ -375,3 +375,16 @@ def test_a_policy_that_cannot_be_installed_leaves_the_sandbox_without_network(
     r = sb.exec(["cat", "/proc/net/dev"])
     ifaces = sorted(l.split(":")[0].strip() for l in r.body["stdout"].splitlines()[2:])
     assert ifaces == ["lo"]
+
+
+def test_healthz_and_capabilities_say_the_mode_and_what_the_host_can_provide(pclient):
+    sb = make(pclient)
+    assert sb.exec(["true"]).status == 200
+    worker = pclient.get("/healthz").body["worker"]
+    net = worker["network"]
+    assert net["mode"] == "private" and net["private_network"] == CIDR
+    assert net["modes_available"] == ["host", "isolated", "private"]
+    assert net["connected_sandboxes"] >= 1
+    caps = worker["capabilities"]
+    assert caps["network_mode"] == "private" and caps["private_network"] == CIDR
+    assert caps["network_namespace"] is True and caps["egress_address_filter"] is True
