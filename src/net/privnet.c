@@ -799,6 +799,48 @@ bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_stat
     return found;
 }
 
+int sl_privnet_check(struct sl_privnet *net, struct sl_error *err)
+{
+    char cmd[80];
+    snprintf(cmd, sizeof(cmd), "list set inet %s never", net->table);
+    json_t *list = NULL;
+    struct sl_error e = {0};
+    pthread_mutex_lock(&net->lock);
+    int rc = sl_nft_list_json(net->nft, cmd, &list, &e);
+    json_decref(list);
+    if (rc == 0 || e.errnum != ENOENT) {
+        pthread_mutex_unlock(&net->lock);
+        return 0; /* there, or nftables could not say: nothing to act on */
+    }
+    size_t cut = 0;
+    for (size_t i = 0; i < net->n_slots; i++) {
+        struct slot *s = &net->slots[i];
+        if (!s->used || !s->attached)
+            continue;
+        struct sl_nl nl;
+        struct sl_error ne = {0};
+        if (sl_nl_open(&nl, -1, &ne) == 0) {
+            sl_nl_link_del(&nl, s->ifname, NULL);
+            sl_nl_close(&nl);
+        }
+        layers_free(s->layer);
+        s->attached = false;
+        snprintf(s->error, sizeof(s->error),
+                 "the private network's nftables table was removed: cut off until its next "
+                 "session");
+        cut++;
+    }
+    bool guard = false;
+    struct sl_error ie = {0};
+    if (enable_forwarding(&guard, &ie) < 0 || install_table(net, guard, &ie) < 0)
+        sl_warn("private network: cannot make its table again: %s", sl_error_text(&ie));
+    pthread_mutex_unlock(&net->lock);
+    return sl_error_set(err, SL_E_RUNTIME, ENOENT,
+                        "the private network's nftables table inet %s was gone: %zu sandbox "
+                        "links cut off, the table made again",
+                        net->table, cut);
+}
+
 size_t sl_privnet_connected(struct sl_privnet *net)
 {
     size_t n = 0;

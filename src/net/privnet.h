@@ -75,6 +75,13 @@ struct sl_privnet_status {
  * when it has none. */
 bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_status *out);
 
+/* The worker's table is still there; when it is not (removed by hand,
+ * or by another program's ruleset flush), every sandbox link is cut off
+ * at once (without its table, a link's traffic would be forwarded
+ * unfiltered) and the table is made again; the sandboxes get a network
+ * again with their next session. -1 with err saying so. */
+int sl_privnet_check(struct sl_privnet *net, struct sl_error *err);
+
 /* Sandboxes with a connected network now. */
 size_t sl_privnet_connected(struct sl_privnet *net);
 

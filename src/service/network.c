@@ -397,6 +397,9 @@ void svc_egress_log_denied(struct sl_service *svc, const char *sandbox_id,
 
 void svc_egress_cycle(struct sl_service *svc)
 {
+    struct sl_error cerr = {0};
+    if (svc->privnet && sl_privnet_check(svc->privnet, &cerr) < 0)
+        sl_errorlog("%s", sl_error_text(&cerr));
     if (!svc->privnet || !svc->store->egress_policies)
         return;
     pthread_mutex_lock(&svc->live_lock);

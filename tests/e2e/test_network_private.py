@@ -388,3 +388,33 @@ def test_healthz_and_capabilities_say_the_mode_and_what_the_host_can_provide(pcl
     caps = worker["capabilities"]
     assert caps["network_mode"] == "private" and caps["private_network"] == CIDR
     assert caps["network_namespace"] is True and caps["egress_address_filter"] is True
+
+
+def test_a_removed_table_cuts_every_sandbox_off_until_its_next_session(daemon_factory, inet):
+    cidr = f"10.{200 + (os.getpid() + 11) % 50}.0.0/16"
+    env = inet.daemon_env(cidr)
+    env["SANDBOX_MAINTENANCE_INTERVAL_SECONDS"] = "1"
+    c = daemon_factory(env).client()
+    sb = make(c)
+    assert ok(probe(sb, [tcp(inet.allowed)])) == [True]
+    table = next(l.split()[-1] for l in subprocess.run(
+        ["nft", "list", "tables"], capture_output=True, text=True).stdout.splitlines()
+        if cidr in subprocess.run(["nft", "list", "table", "inet", l.split()[-1]],
+                                  capture_output=True, text=True).stdout)
+    # Without its table the link would forward unfiltered: the next
+    # maintenance cycle cuts it off.
+    subprocess.run(["nft", "delete", "table", "inet", table], check=True)
+    deadline = time.time() + 15
+    while time.time() < deadline and network(sb)["state"] != "cut_off":
+        time.sleep(0.2)
+    view = network(sb)
+    assert view["state"] == "cut_off" and "table" in view["error"], view
+    assert ok(probe(sb, [tcp(inet.allowed)])) == [False]
+    # The table is back, and a new session has its network again.
+    assert subprocess.run(["nft", "list", "table", "inet", table],
+                          capture_output=True).returncode == 0
+    r = c.post(sb.path + "/suspend", json={"generation": sb.generation})
+    assert r.status == 200, r
+    assert c.post(sb.path + "/resume", json={}).status == 200
+    assert ok(probe(sb, [tcp(inet.allowed)])) == [True]
+    assert network(sb)["state"] == "connected"
