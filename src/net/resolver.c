@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ enum { T_A = 1, T_AAAA = 28, C_IN = 1, RCODE_SERVFAIL = 2, RCODE_REFUSED = 5 };
 
 struct pending {
     bool used;
+    uint16_t id;        /* sent upstream: the slot in the low bits, random high bits */
     uint16_t client_id;
     struct sockaddr_in client;
     bool learn;
@@ -229,14 +231,18 @@ static void on_query(struct sl_resolver *r, uint8_t *m, size_t len, const struct
         reply_empty(r, m, qend, from, 0);
         return;
     }
-    /* An id of ours for upstream: the slot of the pending table. */
+    /* An id of ours for upstream: a free slot of the pending table in
+     * the low bits, random ones above (an answer must match both). */
     struct pending *p = NULL;
     uint16_t id = 0;
     for (size_t tries = 0; tries < PENDING_MAX; tries++) {
-        id = r->next_id;
+        uint16_t slot = r->next_id;
         r->next_id = (uint16_t)((r->next_id + 1) % PENDING_MAX);
-        if (!r->pending[id].used) {
-            p = &r->pending[id];
+        if (!r->pending[slot].used) {
+            p = &r->pending[slot];
+            uint16_t high = 0;
+            (void)!getrandom(&high, sizeof(high), GRND_NONBLOCK);
+            id = (uint16_t)((high & ~(PENDING_MAX - 1)) | slot);
             break;
         }
     }
@@ -245,6 +251,7 @@ static void on_query(struct sl_resolver *r, uint8_t *m, size_t len, const struct
         return;
     }
     *p = (struct pending){.used = true,
+                          .id = id,
                           .client_id = get16(m),
                           .client = *from,
                           .learn = a == SL_EGRESS_LEARN,
@@ -270,9 +277,9 @@ static void on_answer(struct sl_resolver *r, uint8_t *m, size_t len, const struc
         if (r->up[i].addr == from->sin_addr.s_addr && htons(r->up[i].port) == from->sin_port)
             known = true;
     uint16_t id = get16(m);
-    if (!known || id >= PENDING_MAX || !r->pending[id].used)
+    struct pending *p = &r->pending[id & (PENDING_MAX - 1)];
+    if (!known || !p->used || p->id != id)
         return; /* not an answer to us: a late or forged one */
-    struct pending *p = &r->pending[id];
     p->used = false;
     if (p->learn) {
         uint32_t addrs[MAX_ADDRS], ttls[MAX_ADDRS];
