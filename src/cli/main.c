@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/copy.h"
+#include "common/cleanup.h"
 #include "cli/http.h"
 #include "cli/mcp_bridge.h"
 #include "cli/sandbox.h"
@@ -59,6 +60,13 @@ static const char USAGE[] =
     "                           contents into PATH, made if missing)\n"
     "  cp [-r] NAME:PATH LOCAL  copy out of it ('-': standard output); a\n"
     "                           progress line on a terminal for 1 MiB or more\n"
+    "  network NAME             its network: mode, egress policy, state, denials\n"
+    "  egress NAME [--default allow|deny] [--allow RULE]... [--deny RULE]...\n"
+    "  egress NAME --inherit    set its egress policy (private network mode; a\n"
+    "                           running sandbox gets it at once), or drop its\n"
+    "                           own for its tenant's or the worker's. RULE: an\n"
+    "                           IPv4 address or CIDR, or a name (example.com,\n"
+    "                           *.example.com), each with an optional :PORT[-PORT]\n"
     "  doctor                   check the configuration, the service and the key\n"
     "  mcp                      MCP over stdio, relayed to the service with the key\n"
     "                           (for agents that only speak stdio)\n"
@@ -728,6 +736,102 @@ static void print_attached(const json_t *doc)
 static int admin_call(struct ctx *c, const char *method, const char *path, json_t *body,
                       void (*human)(const json_t *doc));
 
+static void print_rules(const char *label, const json_t *list)
+{
+    printf("  %s", label);
+    if (json_array_size(list) == 0)
+        printf(" (none)");
+    size_t i;
+    json_t *r;
+    json_array_foreach(list, i, r) printf(" %s", json_string_value(r));
+    putchar('\n');
+}
+
+static void print_network(const json_t *doc)
+{
+    const json_t *eg = json_object_get(doc, "egress");
+    const char *addr = json_string_value(json_object_get(doc, "address"));
+    const char *error = json_string_value(json_object_get(doc, "error"));
+    printf("mode %s, %s%s%s\n", json_string_value(json_object_get(doc, "network_mode")),
+           json_string_value(json_object_get(doc, "state")), addr ? " at " : "", addr ? addr : "");
+    if (error)
+        printf("  error: %s\n", error);
+    printf("egress (%s's): default %s\n", json_string_value(json_object_get(doc, "egress_source")),
+           json_string_value(json_object_get(eg, "default")));
+    print_rules("allow", json_object_get(eg, "allow"));
+    print_rules("deny", json_object_get(eg, "deny"));
+    const json_t *bound = json_object_get(doc, "tenant_bound");
+    if (json_is_object(bound))
+        printf("within the tenant's policy (default %s)\n",
+               json_string_value(json_object_get(bound, "default")));
+    printf("denied: %lld packets, %lld names\n",
+           (long long)json_integer_value(json_object_get(doc, "denied_connections")),
+           (long long)json_integer_value(json_object_get(doc, "refused_names")));
+}
+
+/* network NAME, egress NAME [options]: GET or PUT /network. */
+static int cmd_network(struct ctx *c, int argc, char **argv)
+{
+    bool set = strcmp(argv[0], "egress") == 0;
+    static const struct option opts[] = {
+        {"default", required_argument, NULL, 'd'}, {"allow", required_argument, NULL, 'a'},
+        {"deny", required_argument, NULL, 'n'},    {"inherit", no_argument, NULL, 'i'},
+        {NULL, 0, NULL, 0},
+    };
+    _cleanup_json_ json_t *egress = json_pack("{s:s,s:[],s:[]}", "default", "allow", "allow",
+                                              "deny");
+    bool inherit = false, any = false;
+    int opt;
+    optind = 1;
+    while (set && (opt = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+        any = true;
+        if (opt == 'd' && (strcmp(optarg, "allow") == 0 || strcmp(optarg, "deny") == 0))
+            json_object_set_new(egress, "default", json_string(optarg));
+        else if (opt == 'd')
+            return usage_error("egress --default is allow or deny, not '%s'", optarg);
+        else if (opt == 'a' || opt == 'n')
+            json_array_append_new(json_object_get(egress, opt == 'a' ? "allow" : "deny"),
+                                  json_string(optarg));
+        else if (opt == 'i')
+            inherit = true;
+        else
+            return usage_error("egress NAME [--default allow|deny] [--allow RULE]... [--deny "
+                               "RULE]... or --inherit%s",
+                               "");
+    }
+    int first = set ? optind : 1;
+    if (argc - first != 1 || !valid_name(argv[first]))
+        return usage_error("%s wants one sandbox name", argv[0]);
+    if (set && !any)
+        return usage_error("egress %s: say the policy (--default, --allow, --deny) or --inherit",
+                           argv[first]);
+    if (inherit && json_array_size(json_object_get(egress, "allow")) +
+                           json_array_size(json_object_get(egress, "deny")) >
+                       0)
+        return usage_error("egress --inherit takes no rules%s", "");
+    struct cli_sandbox sb = sandbox_of(c, argv[first]);
+    struct cli_error e;
+    if (cli_sandbox_open(&sb, &e) < 0)
+        return refused(c->o, &e);
+    json_t *doc = NULL;
+    int rc;
+    if (set) {
+        json_t *body = json_pack("{s:O}", "egress", inherit ? json_null() : egress);
+        rc = cli_sandbox_call(&sb, "PUT", "/network", "", body, CALL_TIMEOUT_S, &doc, &e);
+        json_decref(body);
+    } else {
+        rc = cli_sandbox_call(&sb, "GET", "/network", "", NULL, CALL_TIMEOUT_S, &doc, &e);
+    }
+    if (rc < 0)
+        return refused(c->o, &e);
+    if (c->o->json)
+        print_json(doc);
+    else
+        print_network(doc);
+    json_decref(doc);
+    return 0;
+}
+
 static int cmd_templates(struct ctx *c, int argc, char **argv)
 {
     const char *verb = argc > 1 ? argv[1] : "ls";
@@ -952,6 +1056,8 @@ static int dispatch(struct ctx *c, int argc, char **argv)
     }
     if (strcmp(cmd, "cp") == 0)
         return cmd_cp(c, argc, argv);
+    if (strcmp(cmd, "network") == 0 || strcmp(cmd, "egress") == 0)
+        return cmd_network(c, argc, argv);
     if (strcmp(cmd, "mcp") == 0) {
         if (argc != 1)
             return usage_error("mcp takes no arguments%s", "");

@@ -225,6 +225,29 @@ class Sandbox:
         """Destroy the sandbox's processes and workspace."""
         self.client.request("DELETE", self._path)
 
+    # -- network (private network mode) -----------------------------------------
+    def network(self) -> JSON:
+        """Its network: mode, the egress policy that applies and whose it
+        is, state (connected / cut_off / no_session), address, and how many
+        packets and names its policy denied."""
+        return self.client.request("GET", self._path + "/network")
+
+    def set_egress(self, default: Literal["allow", "deny"] = "allow",
+                   allow: Optional[List[str]] = None,
+                   deny: Optional[List[str]] = None) -> JSON:
+        """Set its egress policy: rules are IPv4 addresses or CIDRs, or
+        names ("example.com", "*.example.com"), each with an optional
+        ":port" or ":low-high". Allow rules come before deny rules. A running
+        sandbox gets the policy at once; answers as network()."""
+        egress = {"default": default, "allow": list(allow or []), "deny": list(deny or [])}
+        return self._fenced(lambda g: self.client.request(
+            "PUT", self._path + "/network", body={"generation": g, "egress": egress}))
+
+    def inherit_egress(self) -> JSON:
+        """Drop its own policy: it gets its tenant's, else the worker's."""
+        return self._fenced(lambda g: self.client.request(
+            "PUT", self._path + "/network", body={"generation": g, "egress": None}))
+
     # -- commands ------------------------------------------------------------
     @overload
     def run(self, command: Command, *, background: Literal[False] = ...,
