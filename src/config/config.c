@@ -153,7 +153,7 @@ static const struct config_var config_vars[] = {
            "isolation feature", F_LOWER | F_DEDUP | F_SORT),
     V_LIST("SANDBOX_ISOLATION_OPTIONAL_FEATURES", isolation_optional_features, "", features,
            "isolation feature", F_LOWER | F_DEDUP | F_SORT),
-    V_CHOICE("SANDBOX_NETWORK_MODE", network_mode, "host", network_modes),
+    V_CHOICE("SANDBOX_NETWORK_MODE", network_mode, "private", network_modes),
     V_BACKEND("SANDBOX_EXECUTION_BACKEND", execution_backend, "bubblewrap", exec_backends),
     V_STR("SANDBOX_BUBBLEWRAP_PATH", bubblewrap_path, "/usr/bin/bwrap", F_LAUNCHER),
     V_STR("SANDBOX_SETPRIV_PATH", setpriv_path, "/usr/bin/setpriv", F_LAUNCHER),
@@ -290,7 +290,7 @@ static const struct config_var config_vars[] = {
     /* Ours: the rest of the worker's default egress policy (private mode). */
     V_CHOICE("SANDBOX_EGRESS_DEFAULT", egress_default, "allow", egress_defaults),
     V_LIST("SANDBOX_EGRESS_ALLOWED_DOMAINS", egress_allowed_domains, "", NULL, NULL, F_LOWER),
-    V_STR("SANDBOX_PRIVATE_NETWORK_CIDR", private_network_cidr, "10.201.0.0/16", 0),
+    V_STR("SANDBOX_PRIVATE_NETWORK_CIDR", private_network_cidr, "auto", 0),
     V_LIST("SANDBOX_DNS_SERVERS", dns_servers, "", NULL, NULL, 0),
 
     /* 2.8 plugins and telemetry */

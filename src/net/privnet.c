@@ -293,20 +293,22 @@ static int layers_copy(struct sl_privnet *net, struct layer want[2],
  * than take its sandboxes' rules away. */
 static int check_not_in_use(struct sl_privnet *net, struct sl_error *err)
 {
+    /* The owner's pid is the element of the table's set "owner" (nft's
+     * JSON output has no table comments to carry it). */
     char cmd[64];
-    snprintf(cmd, sizeof(cmd), "list table inet %s", net->table);
+    snprintf(cmd, sizeof(cmd), "list set inet %s owner", net->table);
     json_t *list = NULL;
     struct sl_error e = {0};
     if (sl_nft_list_json(net->nft, cmd, &list, &e) < 0)
-        return e.errnum == ENOENT ? 0 : (*err = e, -1);
+        return e.errnum == ENOENT ? 0 : (*err = e, -1); /* no table, or not a worker's */
     long pid = 0;
     size_t i;
     json_t *item;
     json_array_foreach(list, i, item)
     {
-        const char *c = json_string_value(json_object_get(json_object_get(item, "table"), "comment"));
-        if (c && sscanf(c, "sandloomd pid %ld", &pid) == 1)
-            break;
+        json_t *elem = json_object_get(json_object_get(item, "set"), "elem");
+        if (json_array_size(elem) > 0 && json_is_integer(json_array_get(elem, 0)))
+            pid = (long)json_integer_value(json_array_get(elem, 0));
     }
     json_decref(list);
     if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
@@ -356,6 +358,7 @@ static int install_table(struct sl_privnet *net, bool guard, struct sl_error *er
      * transaction that makes ours. */
     fprintf(f, "add table inet %s\ndelete table inet %s\n", T, T);
     fprintf(f, "table inet %s {\n comment \"sandloomd pid %ld\"\n", T, (long)getpid());
+    fprintf(f, " set owner { type mark; elements = { %ld } }\n", (long)getpid());
     fprintf(f, " set never { type ipv4_addr; flags interval; elements = { %s, %s } }\n", NEVER,
             net->cidr);
     fprintf(f, " set private { type ipv4_addr; flags interval; elements = { %s } }\n", PRIVATE);
@@ -420,20 +423,9 @@ static int parse_cidr(const char *text, uint32_t *base, int *prefix)
     return 0;
 }
 
-int sl_privnet_open(const struct sl_privnet_options *opt, struct sl_privnet **out,
-                    struct sl_error *err)
+/* Name the subnet base/prefix in net: its text, tag, table and links. */
+static void name_subnet(struct sl_privnet *net, uint32_t base, int prefix)
 {
-    uint32_t base;
-    int prefix;
-    if (!opt->cidr || parse_cidr(opt->cidr, &base, &prefix) < 0)
-        return sl_error_set(err, SL_E_CONFIG, EINVAL,
-                            "SANDBOX_PRIVATE_NETWORK_CIDR '%s' is not an IPv4 network from /8 "
-                            "to /24",
-                            opt->cidr ? opt->cidr : "");
-    struct sl_privnet *net = calloc(1, sizeof(*net));
-    if (!net)
-        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-    pthread_mutex_init(&net->lock, NULL);
     net->base = base;
     net->gw = htonl(base + 1);
     /* The network address, the gateway and the broadcast address are no
@@ -448,13 +440,94 @@ int sl_privnet_open(const struct sl_privnet_options *opt, struct sl_privnet **ou
     unsigned tag = text_hash(net->cidr) & 0xffff;
     snprintf(net->prefix, sizeof(net->prefix), "sl%04x", tag);
     snprintf(net->table, sizeof(net->table), "sandloom_%04x", tag);
+}
+
+/* Does base/prefix overlap a route of this host (/proc/net/route: every
+ * interface's subnet and every route, main table)? */
+static bool overlaps_a_route(uint32_t base, int prefix)
+{
+    FILE *f = fopen("/proc/net/route", "re");
+    if (!f)
+        return true; /* cannot tell: not this one */
+    char line[256];
+    bool hit = false;
+    uint32_t mask = ~0u << (32 - prefix);
+    while (!hit && fgets(line, sizeof(line), f)) {
+        char ifname[32];
+        unsigned dst, gw, flags, refcnt, use, metric, rmask;
+        if (sscanf(line, "%31s %x %x %x %u %u %u %x", ifname, &dst, &gw, &flags, &refcnt, &use,
+                   &metric, &rmask) != 8)
+            continue; /* the heading */
+        uint32_t d = ntohl(dst), m = ntohl(rmask);
+        if (m == 0)
+            continue; /* the default route overlaps everything */
+        uint32_t both = mask & m;
+        hit = (d & both) == (base & both);
+    }
+    fclose(f);
+    return hit;
+}
+
+/* "auto": the first of 10.201.0.0/16 .. 10.250.0.0/16 that no route of
+ * this host overlaps and no live worker holds, claimed by creating its
+ * table (creation fails when another worker made it first, so two workers
+ * starting at once never pick the same). */
+static int claim_auto(struct sl_privnet *net, bool guard, struct sl_error *err)
+{
+    for (uint32_t second = 201; second <= 250; second++) {
+        uint32_t base = (10u << 24) | (second << 16);
+        if (overlaps_a_route(base, 16))
+            continue;
+        name_subnet(net, base, 16);
+        struct sl_error e = {0};
+        if (check_not_in_use(net, &e) < 0)
+            continue; /* a live worker's */
+        char cmd[160];
+        snprintf(cmd, sizeof(cmd),
+                 "create table inet %s\nadd set inet %s owner { type mark; elements = { %ld } }",
+                 net->table, net->table, (long)getpid());
+        if (sl_nft_run(net->nft, cmd, "claim", &e) < 0) {
+            if (e.errnum != EEXIST)
+                return sl_error_set(err, SL_E_CONFIG, e.errnum, "%s", e.message);
+            /* A dead worker's table (check_not_in_use said so), or one made
+             * a moment ago by a worker starting now: asked again. */
+            if (check_not_in_use(net, &e) < 0)
+                continue;
+        }
+        return install_table(net, guard, err);
+    }
+    return sl_error_set(err, SL_E_CONFIG, EADDRINUSE,
+                        "SANDBOX_PRIVATE_NETWORK_CIDR=auto: every subnet from 10.201.0.0/16 to "
+                        "10.250.0.0/16 is routed on this host or held by a running worker: set "
+                        "one");
+}
+
+int sl_privnet_open(const struct sl_privnet_options *opt, struct sl_privnet **out,
+                    struct sl_error *err)
+{
+    uint32_t base = 0;
+    int prefix = 0;
+    bool automatic = opt->cidr && strcmp(opt->cidr, "auto") == 0;
+    if (!automatic && (!opt->cidr || parse_cidr(opt->cidr, &base, &prefix) < 0))
+        return sl_error_set(err, SL_E_CONFIG, EINVAL,
+                            "SANDBOX_PRIVATE_NETWORK_CIDR '%s' is not \"auto\" or an IPv4 network "
+                            "from /8 to /24",
+                            opt->cidr ? opt->cidr : "");
+    struct sl_privnet *net = calloc(1, sizeof(*net));
+    if (!net)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    pthread_mutex_init(&net->lock, NULL);
+    if (!automatic)
+        name_subnet(net, base, prefix);
     bool guard = false;
     if ((opt->dflt && sl_egress_copy(&net->dflt, opt->dflt) < 0)) {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         goto fail;
     }
-    if (sl_nft_open(&net->nft, err) < 0 || check_not_in_use(net, err) < 0 ||
-        enable_forwarding(&guard, err) < 0 || install_table(net, guard, err) < 0)
+    if (sl_nft_open(&net->nft, err) < 0 || enable_forwarding(&guard, err) < 0)
+        goto fail;
+    if (automatic ? claim_auto(net, guard, err) < 0
+                  : check_not_in_use(net, err) < 0 || install_table(net, guard, err) < 0)
         goto fail;
     *out = net;
     return 0;

@@ -85,7 +85,9 @@ def test_capabilities(hz):
     assert cap["cgroup_namespace"] == ("cgroup_namespace" in feats)
     assert cap["profile_id"] == "coding-default"
     assert cap["profile_hash"] == hz["worker"]["profile_hash"]
-    assert cap["network_namespace"] is False  # SANDBOX_NETWORK_MODE defaults to host
+    # SANDBOX_NETWORK_MODE defaults to private (ours; the reference's is host).
+    assert cap["network_namespace"] is True and cap["egress_address_filter"] is True
+    assert cap["network_mode"] == "private"
     assert cap["toolchains"]["configured"] == ["python", "node"]
 
 
@@ -108,11 +110,19 @@ def test_disk(hz):
     assert 0 <= disk["used_percent"] <= 100
 
 
+def test_the_host_mode_keeps_the_reference_capabilities(daemon_factory):
+    caps = daemon_factory({"SANDBOX_NETWORK_MODE": "host"}).client().get(
+        "/healthz").body["worker"]["capabilities"]
+    assert caps["network_namespace"] is False and caps["egress_address_filter"] is False
+    assert caps["network_mode"] == "host" and "private_network" not in caps
+    assert caps["profile_hash"].endswith("-net-host"), caps["profile_hash"]
+
+
 def test_nested_user_namespaces_are_disabled_and_hash_says_so(client):
     caps = client.get("/healthz").body["worker"]["capabilities"]
     assert caps["disable_nested_userns"] is True
     level = caps["selected_level"]
-    assert caps["profile_hash"] == f"bubblewrap-0.11.2-generic-v12-{level}-net-host", caps
+    assert caps["profile_hash"] == f"bubblewrap-0.11.2-generic-v12-{level}-net-private", caps
 
 
 def test_database_is_private(daemon, client):
@@ -153,7 +163,7 @@ def test_feature_additions_are_negotiated(daemon_factory):
     probed and added on top of the level (RUNTIME.md §3.1 step 5), the
     profile is 'custom' and the hash names the additions (§3.2); the
     sandbox really gets a private /proc."""
-    d = daemon_factory({"SANDBOX_ISOLATION_LEVEL": "basic",
+    d = daemon_factory({"SANDBOX_ISOLATION_LEVEL": "basic", "SANDBOX_NETWORK_MODE": "host",
                         "SANDBOX_ISOLATION_REQUIRED_FEATURES": "pid_namespace",
                         "SANDBOX_ISOLATION_OPTIONAL_FEATURES": "cgroup_namespace"})
     caps = d.client().get("/healthz").body["worker"]["capabilities"]

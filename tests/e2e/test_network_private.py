@@ -338,7 +338,8 @@ def test_bad_policies_are_refused_with_a_named_code(pclient):
     assert r.status == 422
 
 
-def test_the_host_mode_refuses_egress_policies(client):
+def test_the_host_mode_refuses_egress_policies(daemon_factory):
+    client = daemon_factory({"SANDBOX_NETWORK_MODE": "host"}).client()
     sb = Sandbox(client, unique_id("net"), unique_id("scope"))
     assert sb.resolve().status == 200
     assert client.post(sb.path, json={"generation": sb.generation}).status in (200, 201)
@@ -418,3 +419,51 @@ def test_a_removed_table_cuts_every_sandbox_off_until_its_next_session(daemon_fa
     assert c.post(sb.path + "/resume", json={}).status == 200
     assert ok(probe(sb, [tcp(inet.allowed)])) == [True]
     assert network(sb)["state"] == "connected"
+
+
+def test_the_cli_shows_and_sets_a_sandbox_egress_policy(pdaemon, inet):
+    from conftest import find_binary
+    cli = find_binary().parent / "sandloom"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/tmp",
+           "SANDLOOM_URL": f"http://127.0.0.1:{pdaemon.port}", "SANDLOOM_API_KEY": pdaemon.token}
+
+    def run(*args):
+        return subprocess.run([str(cli), *args], capture_output=True, text=True, env=env,
+                              timeout=120)
+    name = unique_id("cli")
+    r = run("egress", "--default", "deny", "--allow", "allowed.test:8080", name)
+    assert r.returncode == 0, r
+    assert "egress (sandbox's): default deny" in r.stdout and "allowed.test:8080" in r.stdout
+    r = run("exec", name, "--", "python3", "-c",
+            "import socket\n"
+            "for h in ('allowed.test', '%s'):\n"
+            "    try:\n"
+            "        socket.create_connection((h, 8080), 1.5); print(h, 'ok')\n"
+            "    except OSError: print(h, 'blocked')" % inet.denied)
+    assert r.stdout.split() == ["allowed.test", "ok", inet.denied, "blocked"], r
+    r = run("--json", "network", name)
+    doc = json.loads(r.stdout)
+    assert doc["state"] == "connected" and doc["denied_connections"] > 0, doc
+    r = run("egress", "--inherit", name)
+    assert r.returncode == 0 and "egress (worker's): default allow" in r.stdout, r
+    r = run("egress", "--allow", "2001:db8::1", name)
+    assert r.returncode == 1 and "EGRESS_POLICY_INVALID" in r.stderr, r
+    assert run("egress", name).returncode == 2
+
+
+def test_the_sdk_sets_and_reads_a_sandbox_egress_policy(pdaemon, inet):
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "sdk", "python"))
+    import sandloom
+    client = sandloom.Client(url=f"http://127.0.0.1:{pdaemon.port}", api_key=pdaemon.token)
+    with sandloom.Sandbox.create(unique_id("sdk"), client=client) as sb:
+        view = sb.set_egress("deny", allow=["allowed.test"])
+        assert view["egress"] == {"default": "deny", "allow": ["allowed.test"], "deny": []}
+        out = sb.run(["python3", "-c", "import socket; socket.create_connection(('%s', 8080), "
+                      "1.5)" % inet.denied])
+        assert not out.ok
+        assert sb.network()["denied_connections"] > 0
+        assert sb.inherit_egress()["egress_source"] == "worker"
+        with pytest.raises(sandloom.InvalidRequest) as e:
+            sb.set_egress("deny", allow=["not a rule"])
+        assert e.value.code == "EGRESS_POLICY_INVALID"

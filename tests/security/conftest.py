@@ -44,8 +44,32 @@ from sandloom_client import Sandbox  # noqa: E402  (needs tests/e2e on sys.path)
 
 # Re-exported e2e fixtures (pytest finds fixtures by module attribute).
 sandloomd_binary = e2e.sandloomd_binary
-daemon = e2e.daemon
 client = e2e.client
+
+
+@pytest.fixture(scope="module")
+def daemon(sandloomd_binary):
+    """The attacks from inside a sandbox need the API reachable from there:
+    the host network mode (the reference's default, still selectable). The
+    private mode (our default) closes that path altogether:
+    test_escape_network.py and tests/e2e/test_network_private.py."""
+    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "host"}).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
+@pytest.fixture(scope="module")
+def private_daemon(sandloomd_binary):
+    """The default network mode: a private network per sandbox."""
+    d = e2e.Daemon(sandloomd_binary).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
 daemon_factory = e2e.daemon_factory
 new_sandbox = e2e.new_sandbox
 ready_sandbox = e2e.ready_sandbox
@@ -67,6 +91,17 @@ def _host_can_run_the_suite():
     if platform.machine() != "x86_64":
         pytest.fail(f"the raw-syscall probes use x86_64 syscall numbers; this host is "
                     f"{platform.machine()}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def host_daemon(sandloomd_binary):
+    """The reference's default network mode, kept selectable."""
+    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "host"}).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,9 @@ GUESS_THREADS = 4
 
 def test_token_guessing_from_a_sandbox_is_slowed_and_logged(daemon_factory, make_sandbox):
     # The default throttle (the harness lifts it for the other suites).
-    daemon = daemon_factory(unset=("SANDBOX_AUTH_FAILURES_PER_MINUTE",))
+    # The host network mode: a private sandbox cannot reach the API at all.
+    daemon = daemon_factory({"SANDBOX_NETWORK_MODE": "host"},
+                            unset=("SANDBOX_AUTH_FAILURES_PER_MINUTE",))
     sb = make_sandbox(daemon)
     marker = "guess-" + secrets.token_hex(8)
     log_before = daemon.stderr()

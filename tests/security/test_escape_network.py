@@ -84,27 +84,35 @@ class Listener:
 
 # ---------------------------------------------------------------------------
 # 12
-def test_isolated_network_cannot_reach_host_loopback(daemon, isolated_daemon, make_sandbox):
+def test_isolated_network_cannot_reach_host_loopback(private_daemon, isolated_daemon, host_daemon,
+                                                    make_sandbox):
     """Attempt: the test opens a TCP listener on 127.0.0.1:<free port> and an
     abstract unix socket on the host; a sandbox of a daemon started with
     SANDBOX_NETWORK_MODE=isolated connects to both (and to its own daemon's
-    port) and lists its network interfaces.
-    Must hold (isolated): every connection fails, nothing reaches the
-    listeners, and `lo` is the only interface.
-    Also asserted, documenting the spec's default (RUNTIME.md §7.2: `host`
-    mode shares the worker's network namespace, "including loopback and
-    the control plane"): from a sandbox of the default daemon the same TCP
-    and abstract-socket connections succeed."""
+    port) and lists its network interfaces; so does a sandbox of the
+    default daemon (the private mode, ours).
+    Must hold (isolated and private): every connection fails, nothing
+    reaches the listeners; `lo` is the only interface of the isolated one,
+    `lo` and `eth0` of the private one.
+    Also asserted, documenting the reference's default (RUNTIME.md §7.2:
+    `host` mode shares the worker's network namespace, "including loopback
+    and the control plane"), still selectable: from a sandbox of a daemon
+    in host mode the same TCP and abstract-socket connections succeed."""
     lst = Listener()
     hello = "hello-" + secrets.token_hex(6)
     try:
         iso = make_sandbox(isolated_daemon, "net-iso")
         R_iso, body = probe(iso, PROBE, {"port": lst.port, "dport": isolated_daemon.port,
                                          "abstract": lst.abstract_name, "hello": hello + "-iso"})
-        iso_received, iso_unix = list(lst.received), lst.unix_accepts
+        priv = make_sandbox(private_daemon, "net-priv")
+        R_priv, body_p = probe(priv, PROBE, {"port": lst.port, "dport": private_daemon.port,
+                                             "abstract": lst.abstract_name,
+                                             "hello": hello + "-priv"})
+        time.sleep(0.5)
+        closed_received, closed_unix = list(lst.received), lst.unix_accepts
 
-        host = make_sandbox(daemon, "net-host")
-        R_host, body_h = probe(host, PROBE, {"port": lst.port, "dport": daemon.port,
+        host = make_sandbox(host_daemon, "net-host")
+        R_host, body_h = probe(host, PROBE, {"port": lst.port, "dport": host_daemon.port,
                                              "abstract": lst.abstract_name, "hello": hello + "-host"})
         for _ in range(20):
             if any(hello.encode() + b"-host" in r for r in lst.received):
@@ -112,11 +120,13 @@ def test_isolated_network_cannot_reach_host_loopback(daemon, isolated_daemon, ma
             time.sleep(0.1)
     finally:
         lst.close()
-    ok = {k: v for k, v in R_iso["connect"].items() if v == "OK"}
-    assert ok == {}, f"an isolated sandbox reached the host's loopback: {R_iso['connect']}"
-    assert iso_received == [] and iso_unix == 0, (iso_received, iso_unix)
+    for name, R in (("isolated", R_iso), ("private", R_priv)):
+        ok = {k: v for k, v in R["connect"].items() if v == "OK"}
+        assert ok == {}, f"a {name} sandbox reached the host's loopback: {R['connect']}"
+    assert closed_received == [] and closed_unix == 0, (closed_received, closed_unix)
     assert R_iso["interfaces"] == ["lo"], f"isolated sandbox interfaces: {R_iso['interfaces']}"
-    # Host mode, the spec's default: loopback is shared (documented, not an escape).
+    assert R_priv["interfaces"] == ["eth0", "lo"], f"private: {R_priv['interfaces']}"
+    # Host mode, the reference's default: loopback is shared (documented, not an escape).
     assert R_host["connect"]["tcp 127.0.0.1"] == "OK", R_host
     assert R_host["connect"]["abstract unix"] == "OK", R_host
     assert any(hello.encode() + b"-host" in r for r in lst.received), lst.received
