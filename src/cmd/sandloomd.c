@@ -249,6 +249,8 @@ int main(void)
     struct sl_rt_options rto = launch_runtime_options(&cfg, init_path, cfg.workspace_root);
     if (strcmp(cfg.network_mode, "private") == 0) {
         if (launch_private_open(&cfg, &private_net, &err) < 0) {
+            sl_error_wrap(&err, "SANDBOX_NETWORK_MODE=private (the default) cannot start here "
+                                "(set SANDBOX_NETWORK_MODE=host or isolated to run without it)");
             failure = "ConfigError";
             goto out;
         }

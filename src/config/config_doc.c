@@ -39,7 +39,7 @@ const struct sl_config_doc sl_config_docs[] = {
     REF("SANDBOX_ISOLATION_LEVEL", "Isolation level: `strict`, `standard` or `basic` (or `3`, `2`, `1`), or `auto` for the strongest this host supports. An explicit level this host cannot give stops startup."),
     REF("SANDBOX_ISOLATION_REQUIRED_FEATURES", "Features the selected level must have, else startup stops."),
     REF("SANDBOX_ISOLATION_OPTIONAL_FEATURES", "Features used where the host has them."),
-    REF("SANDBOX_NETWORK_MODE", "`host`: sandboxes share the host's network (the reference's default). `isolated`: each sandbox session gets its own network namespace with loopback only. `private` (ours): its own network namespace with one routed link to the host, NAT out, a resolver, and the egress policy in nftables (docs/ARCHITECTURE.md §9e)."),
+    REF("SANDBOX_NETWORK_MODE", "`private` (ours, the default here; the reference's is `host`): each sandbox session gets its own network namespace with one routed link to the host, NAT out, a resolver, and its egress policy in nftables (docs/ARCHITECTURE.md §9e); needs root and nftables, and startup says so when the host cannot. `host`: sandboxes share the host's network, as in the reference. `isolated`: each sandbox session gets its own network namespace with loopback only."),
     REF("SANDBOX_EXECUTION_BACKEND", "Execution backend. This build's native runtime answers to `bubblewrap`; any other name is a plugin, which this build refuses."),
     REF("SANDBOX_BUBBLEWRAP_PATH", "Configures the reference's bubblewrap launcher; read and ignored by the native runtime (startup says so)."),
     REF("SANDBOX_SETPRIV_PATH", "Configures the reference's launcher; ignored by the native runtime."),
@@ -148,7 +148,7 @@ const struct sl_config_doc sl_config_docs[] = {
     REF("SANDBOX_EGRESS_ALLOWED_LITERALS", "Addresses exempt from that list (allow rules, which come first); in the `host` mode non-empty stops startup the same way."),
     OURS("SANDBOX_EGRESS_DEFAULT", "`allow` or `deny`: the verdict of the worker's default egress policy for what no rule names (`private` mode). Private ranges are denied unless allowed by a rule either way."),
     OURS("SANDBOX_EGRESS_ALLOWED_DOMAINS", "Domain rules (`example.com`, `*.example.com`, optional `:port`) of the worker's default egress policy; with `SANDBOX_EGRESS_DEFAULT=deny`, the names sandboxes may resolve and reach."),
-    OURS("SANDBOX_PRIVATE_NETWORK_CIDR", "The IPv4 subnet (/8 to /24) this worker's sandboxes get their addresses from in the `private` mode; its first address is the host's end of every link and the resolver. Workers on one host need subnets of their own."),
+    OURS("SANDBOX_PRIVATE_NETWORK_CIDR", "The IPv4 subnet (/8 to /24) this worker's sandboxes get their addresses from in the `private` mode; its first address is the host's end of every link and the resolver. `auto`: the first of 10.201.0.0/16 to 10.250.0.0/16 that no route of the host overlaps and no running worker holds, so workers on one host never share one."),
     OURS("SANDBOX_DNS_SERVERS", "Upstream DNS servers of the private network's resolver (`IPv4[:port]`, comma-separated); empty: the IPv4 nameservers of /etc/resolv.conf."),
 
     SECTION("Plugins, environment and telemetry"),

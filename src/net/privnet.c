@@ -366,8 +366,12 @@ static int install_table(struct sl_privnet *net, bool guard, struct sl_error *er
     fprintf(f, " chain forward { type filter hook forward priority filter - 5; policy accept;\n"
                "  iifname \"%s*\" jump from_sandbox\n  oifname \"%s*\" jump to_sandbox\n }\n",
             P, P);
-    /* IPv4 only; a link with no entry in the map has no policy: dropped. */
-    fprintf(f, " chain from_sandbox {\n  meta nfproto ipv6 drop\n  iifname vmap @sandboxes\n"
+    /* IPv4 only; the policy decides new connections (an open one goes on,
+     * as in any stateful firewall: a name's learned address expiring, or a
+     * policy change, never cuts a download in the middle); a link with no
+     * entry in the map has no policy: dropped. */
+    fprintf(f, " chain from_sandbox {\n  meta nfproto ipv6 drop\n"
+               "  ct state established,related accept\n  iifname vmap @sandboxes\n"
                "  drop\n }\n");
     fprintf(f, " chain to_sandbox {\n  ct state established,related accept\n  drop\n }\n");
     fprintf(f, " chain input { type filter hook input priority filter - 5; policy accept;\n"
