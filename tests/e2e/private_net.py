@@ -96,7 +96,9 @@ class TestInternet:
         self.ns = f"slt-inet-{n}"
         self.host_if = f"slt-ih{n}"
         public = None
-        for cand in ("198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24"):
+        # Documentation ranges, then the retired 6to4 relay range: public
+        # addresses no host of this kind routes anywhere.
+        for cand in ("198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24", "192.88.99.0/24"):
             if not _in_use(ipaddress.ip_network(cand)):
                 public = ipaddress.ip_network(cand)
                 break
