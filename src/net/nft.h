@@ -10,6 +10,7 @@
 #define SL_NET_NFT_H
 
 #include <jansson.h>
+#include <stdint.h>
 
 #include "common/error.h"
 
@@ -21,6 +22,13 @@ void sl_nft_close(struct sl_nft *n);
 /* Run `cmds` (nft syntax, one transaction). On failure err carries
  * `what` and nft's first error line, SANDBOX_RUNTIME_ERROR. */
 int sl_nft_run(struct sl_nft *n, const char *cmds, const char *what, struct sl_error *err);
+
+/* The packets counted by named counter `name` of table `inet <table>`,
+ * asked of the kernel directly (one nf_tables GETOBJ): its cost does not
+ * grow with the table, as a listing through libnftables does. ENOENT when
+ * there is no such counter. */
+int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name,
+                           uint64_t *packets, struct sl_error *err);
 
 /* Run a list command with JSON output; *out is the parsed "nftables"
  * array (the caller's reference). ENOENT when the object does not exist. */

@@ -60,8 +60,8 @@ struct slot {
     struct layer layer[2];          /* installed (or being installed) */
     uint64_t refused;
     char error[256];
-    struct learned *learned;        /* ring of LEARNED_MAX, NULL until the first */
-    size_t n_learned, next_learned;
+    struct learned *learned;        /* grows to a ring of LEARNED_MAX; NULL until the first */
+    size_t n_learned, next_learned, cap_learned;
 };
 
 struct sl_privnet {
@@ -831,22 +831,11 @@ int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egr
 
 static uint64_t denied_packets(struct sl_privnet *net, size_t slot)
 {
-    char cmd[80];
-    snprintf(cmd, sizeof(cmd), "list counter inet %s sb%zu_denied", net->table, slot);
-    json_t *list = NULL;
-    struct sl_error err = {0};
-    if (sl_nft_list_json(net->nft, cmd, &list, &err) < 0)
-        return 0;
+    char name[32];
+    snprintf(name, sizeof(name), "sb%zu_denied", slot);
     uint64_t packets = 0;
-    size_t i;
-    json_t *item;
-    json_array_foreach(list, i, item)
-    {
-        json_t *c = json_object_get(item, "counter");
-        if (c)
-            packets = (uint64_t)json_integer_value(json_object_get(c, "packets"));
-    }
-    json_decref(list);
+    struct sl_error err = {0};
+    (void)sl_nft_counter_packets(net->nft, net->table, name, &packets, &err);
     return packets;
 }
 
@@ -1007,6 +996,28 @@ enum sl_egress_answer sl_privnet_answer_for(struct sl_privnet *net, uint32_t src
     return a;
 }
 
+/* Keep a learned address for a later policy change (under lock). The
+ * copy grows as the sandbox learns, up to a ring of LEARNED_MAX. */
+static void remember(struct slot *s, const char *name, uint32_t addr, int64_t expires_us)
+{
+    if (s->n_learned == s->cap_learned && s->cap_learned < LEARNED_MAX) {
+        size_t cap = s->cap_learned ? s->cap_learned * 2 : 8;
+        struct learned *grown = realloc(s->learned, cap * sizeof(*grown));
+        if (!grown)
+            return;
+        s->learned = grown;
+        s->cap_learned = cap;
+    }
+    if (!s->cap_learned)
+        return;
+    size_t at = s->n_learned < s->cap_learned ? s->n_learned++ : s->next_learned;
+    s->next_learned = (at + 1) % s->cap_learned;
+    struct learned *l = &s->learned[at];
+    snprintf(l->name, sizeof(l->name), "%s", name);
+    l->addr = addr;
+    l->expires_us = expires_us;
+}
+
 void sl_privnet_learn(struct sl_privnet *net, uint32_t src, const char *name,
                       const uint32_t *addrs, const uint32_t *ttls, size_t n)
 {
@@ -1020,8 +1031,6 @@ void sl_privnet_learn(struct sl_privnet *net, uint32_t src, const char *name,
         pthread_mutex_unlock(&net->lock);
         return;
     }
-    if (!s->learned)
-        s->learned = calloc(LEARNED_MAX, sizeof(*s->learned));
     int64_t now = sl_mono_us();
     bool any = false;
     for (size_t k = 0; k < n; k++) {
@@ -1044,15 +1053,7 @@ void sl_privnet_learn(struct sl_privnet *net, uint32_t src, const char *name,
                 any = true;
             }
         }
-        if (s->learned) {
-            struct learned *l = &s->learned[s->next_learned];
-            snprintf(l->name, sizeof(l->name), "%s", name);
-            l->addr = addrs[k];
-            l->expires_us = now + (int64_t)ttl * 1000000;
-            s->next_learned = (s->next_learned + 1) % LEARNED_MAX;
-            if (s->n_learned < LEARNED_MAX)
-                s->n_learned++;
-        }
+        remember(s, name, addrs[k], now + (int64_t)ttl * 1000000);
     }
     char *cmds = text_close(&t);
     struct sl_error err = {0};
