@@ -15,8 +15,8 @@
 #include <string.h>
 
 struct sl_nft {
-    struct nft_ctx *ctx; /* of the call in progress, NULL between calls */
-    int nl_fd;           /* NETLINK_NETFILTER, for counter reads; -1 until the first */
+    struct nft_ctx *ctx;
+    int nl_fd;     /* NETLINK_NETFILTER, for counter reads; -1 until the first */
     uint32_t seq;
 };
 
@@ -25,12 +25,23 @@ struct sl_nft {
  * read every command as JSON first. */
 #define OUTPUT_FLAGS NFT_CTX_OUTPUT_NUMERIC_ALL
 
+/* One context for the owner's life, made at startup: libnftables waits for
+ * the kernel's answers with select(), which aborts on a descriptor above
+ * FD_SETSIZE, and a daemon with a thousand sessions holds more than that;
+ * the context's socket, opened first, stays below. (Its copy of the
+ * ruleset, ~85 KiB a sandbox, is the price: docs/PERFORMANCE.md.) */
 int sl_nft_open(struct sl_nft **out, struct sl_error *err)
 {
     struct sl_nft *n = calloc(1, sizeof(*n));
     if (!n)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     n->nl_fd = -1;
+    n->ctx = nft_ctx_new(NFT_CTX_DEFAULT);
+    if (!n->ctx || nft_ctx_buffer_output(n->ctx) < 0 || nft_ctx_buffer_error(n->ctx) < 0) {
+        sl_nft_close(n);
+        return sl_error_set(err, SL_E_RUNTIME, ENOMEM, "cannot start libnftables");
+    }
+    nft_ctx_output_set_flags(n->ctx, OUTPUT_FLAGS);
     *out = n;
     return 0;
 }
@@ -39,31 +50,11 @@ void sl_nft_close(struct sl_nft *n)
 {
     if (!n)
         return;
+    if (n->ctx)
+        nft_ctx_free(n->ctx);
     if (n->nl_fd >= 0)
         close(n->nl_fd);
     free(n);
-}
-
-/* A context for one call: libnftables keeps its copy of the ruleset in
- * it, which for a worker's table grows with every sandbox (~85 KiB each);
- * a context a call (~40 us) keeps none of it between calls. */
-static int ctx_begin(struct sl_nft *n, unsigned flags, struct sl_error *err)
-{
-    n->ctx = nft_ctx_new(NFT_CTX_DEFAULT);
-    if (!n->ctx || nft_ctx_buffer_output(n->ctx) < 0 || nft_ctx_buffer_error(n->ctx) < 0) {
-        if (n->ctx)
-            nft_ctx_free(n->ctx);
-        n->ctx = NULL;
-        return sl_error_set(err, SL_E_RUNTIME, ENOMEM, "cannot start libnftables");
-    }
-    nft_ctx_output_set_flags(n->ctx, flags);
-    return 0;
-}
-
-static void ctx_end(struct sl_nft *n)
-{
-    nft_ctx_free(n->ctx);
-    n->ctx = NULL;
 }
 
 /* nft's first error line, without its "Error: " and the echo of the
@@ -83,16 +74,12 @@ static void first_error(struct sl_nft *n, char *out, size_t size)
 
 int sl_nft_run(struct sl_nft *n, const char *cmds, const char *what, struct sl_error *err)
 {
-    if (ctx_begin(n, OUTPUT_FLAGS, err) < 0)
-        return -1;
     int rc = nft_run_cmd_from_buffer(n->ctx, cmds);
-    if (rc == 0) {
-        ctx_end(n);
+    (void)nft_ctx_get_output_buffer(n->ctx); /* drained: it would grow */
+    if (rc == 0)
         return 0;
-    }
     char why[256];
     first_error(n, why, sizeof(why));
-    ctx_end(n);
     int errnum = strstr(why, "No such file") ? ENOENT : strstr(why, "File exists") ? EEXIST : EIO;
     return sl_error_set(err, SL_E_RUNTIME, errnum, "%s: nftables refused: %s", what, why);
 }
@@ -100,19 +87,17 @@ int sl_nft_run(struct sl_nft *n, const char *cmds, const char *what, struct sl_e
 int sl_nft_list_json(struct sl_nft *n, const char *cmd, json_t **out, struct sl_error *err)
 {
     *out = NULL;
-    if (ctx_begin(n, OUTPUT_FLAGS | NFT_CTX_OUTPUT_JSON, err) < 0)
-        return -1;
+    nft_ctx_output_set_flags(n->ctx, OUTPUT_FLAGS | NFT_CTX_OUTPUT_JSON);
     int rc = nft_run_cmd_from_buffer(n->ctx, cmd);
+    nft_ctx_output_set_flags(n->ctx, OUTPUT_FLAGS);
     if (rc != 0) {
         char why[256];
         first_error(n, why, sizeof(why));
-        ctx_end(n);
         int errnum = strstr(why, "No such file") ? ENOENT : EIO;
         return sl_error_set(err, SL_E_RUNTIME, errnum, "nftables: %s: %s", cmd, why);
     }
     json_error_t jerr;
     json_t *doc = json_loads(nft_ctx_get_output_buffer(n->ctx), 0, &jerr);
-    ctx_end(n);
     json_t *list = json_object_get(doc, "nftables");
     if (!json_is_array(list)) {
         json_decref(doc);
