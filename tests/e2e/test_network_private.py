@@ -467,3 +467,37 @@ def test_the_sdk_sets_and_reads_a_sandbox_egress_policy(pdaemon, inet):
         with pytest.raises(sandloom.InvalidRequest) as e:
             sb.set_egress("deny", allow=["not a rule"])
         assert e.value.code == "EGRESS_POLICY_INVALID"
+
+
+def test_nothing_reaches_into_a_sandbox_but_the_hosts_root(pclient, inet):
+    sb = make(pclient)
+    srv = ("import socket\n"
+           "s = socket.socket(); s.bind(('0.0.0.0', 7100)); s.listen(8)\n"
+           "while True:\n"
+           "    c, _ = s.accept(); c.sendall(b'inside\\n'); c.close()\n")
+    assert sb.write("/workspace/in.py", srv).status == 200
+    assert sb.exec(["python3", "/workspace/in.py"], background=True,
+                   exec_scope=unique_id("bg")).status in (200, 202)
+    addr = network(sb)["address"]
+    dial = ("import socket, sys\n"
+            "try:\n"
+            "    c = socket.create_connection((sys.argv[1], 7100), 1.5)\n"
+            "    print(c.recv(16).decode().strip())\n"
+            "except OSError as e:\n"
+            "    print('blocked', type(e).__name__)\n")
+    # The host's root (the daemon, for the ports route): it reaches in.
+    deadline = time.time() + 10
+    out = ""
+    while time.time() < deadline and out != "inside":
+        out = subprocess.run(["python3", "-c", dial, addr], capture_output=True,
+                             text=True).stdout.strip()
+        time.sleep(0.2)
+    assert out == "inside"
+    # Another user of the host, and a machine on the far side: they do not.
+    nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                             "/usr/bin/python3", "-c", dial, addr], capture_output=True,
+                            text=True)
+    assert nobody.stdout.startswith("blocked"), nobody
+    far = subprocess.run(["ip", "netns", "exec", inet.ns, "/usr/bin/python3", "-c", dial, addr],
+                         capture_output=True, text=True)
+    assert far.stdout.startswith("blocked"), far
