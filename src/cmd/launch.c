@@ -73,15 +73,22 @@ static int config_rules(const struct sl_strlist *list, const char *name,
     *rules = calloc(list->len, sizeof(**rules));
     if (!*rules)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    size_t k = 0;
     for (size_t i = 0; i < list->len; i++) {
-        if (sl_egress_rule_parse(list->items[i], name, &(*rules)[i], err) < 0) {
+        /* The reference's lists may name IPv6 networks (the configuration
+         * checked them); the private network routes no IPv6, so such a
+         * rule can neither allow nor deny anything: skipped. */
+        if (strchr(list->items[i], ':') && strchr(list->items[i], ':') != strrchr(list->items[i], ':'))
+            continue;
+        if (sl_egress_rule_parse(list->items[i], name, &(*rules)[k], err) < 0) {
             err->code = SL_E_CONFIG;
             free(*rules);
             *rules = NULL;
             return -1;
         }
+        k++;
     }
-    *n = list->len;
+    *n = k;
     return 0;
 }
 

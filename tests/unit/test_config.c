@@ -151,7 +151,9 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.isolation_level, "auto");
     assert_int_equal(cfg.isolation_required_features.len, 0);
     assert_int_equal(cfg.isolation_optional_features.len, 0);
-    assert_string_equal(cfg.network_mode, "host");
+    assert_string_equal(cfg.network_mode, "private"); /* ours; the reference's is host */
+    assert_string_equal(cfg.private_network_cidr, "auto");
+    assert_string_equal(cfg.egress_default, "allow");
     assert_string_equal(cfg.execution_backend, "bubblewrap");
     assert_string_equal(cfg.bubblewrap_path, "/usr/bin/bwrap");
     assert_string_equal(cfg.setpriv_path, "/usr/bin/setpriv");
@@ -459,6 +461,8 @@ static void test_egress_refused(void **state)
     struct sl_config cfg;
     struct sl_error err = {0};
 
+    /* The host mode cannot enforce the lists (the private mode can). */
+    setenv("SANDBOX_NETWORK_MODE", "host", 1);
     setenv("SANDBOX_EGRESS_DENIED_ADDRESSES", "10.0.0.0/8, fd00::/8 ,192.0.2.1", 1);
     assert_int_equal(sl_config_load(&cfg, fx->dotenv, &err), -1);
     assert_string_equal(err.code, SL_E_CONFIG);
@@ -476,6 +480,19 @@ static void test_egress_refused(void **state)
     setenv("SANDBOX_EGRESS_ALLOWED_LITERALS", " , ", 1);
     load_ok(fx, &cfg);
     sl_config_free(&cfg);
+
+    /* The private and isolated modes take them. */
+    for (int i = 0; i < 2; i++) {
+        setenv("SANDBOX_NETWORK_MODE", i ? "isolated" : "private", 1);
+        setenv("SANDBOX_EGRESS_DENIED_ADDRESSES", "10.0.0.0/8", 1);
+        setenv("SANDBOX_EGRESS_ALLOWED_LITERALS", "10.0.0.7", 1);
+        load_ok(fx, &cfg);
+        assert_int_equal(cfg.egress_denied_addresses.len, 1);
+        sl_config_free(&cfg);
+    }
+    unsetenv("SANDBOX_EGRESS_DENIED_ADDRESSES");
+    unsetenv("SANDBOX_EGRESS_ALLOWED_LITERALS");
+    unsetenv("SANDBOX_NETWORK_MODE");
 }
 
 static void test_prod_requires_token(void **state)
