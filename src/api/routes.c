@@ -295,7 +295,9 @@ static void h_connect(struct sl_request *req, struct sl_response *resp)
     } else if (body_egress(req, resp, &has_egress, &egress, &egress_null)) {
         struct sl_error err = {0};
         bool held = false;
-        if (quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0], &held)) {
+        if (has_egress && sl_svc_egress_supported(req->svc, &err) < 0) {
+            respond_error(resp, &err); /* refused before the sandbox is made */
+        } else if (quota_admits(req, resp, SL_LIMIT_RUNNING_SESSIONS, req->params[0], &held)) {
             json_t *doc = sl_svc_connect(req->svc, req->params[0], generation, &err);
             /* Ours: the egress policy it is created with (private mode),
              * stored before its first command can start a network. */

@@ -782,8 +782,9 @@ static int cmd_network(struct ctx *c, int argc, char **argv)
                                               "deny");
     bool inherit = false, any = false;
     int opt;
-    optind = 1;
-    while (set && (opt = getopt_long(argc, argv, "+", opts, NULL)) != -1) {
+    optind = 0; /* 0: GNU getopt starts afresh, the permuting included */
+    /* Options before or after the name (GNU getopt moves the name last). */
+    while (set && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         any = true;
         if (opt == 'd' && (strcmp(optarg, "allow") == 0 || strcmp(optarg, "deny") == 0))
             json_object_set_new(egress, "default", json_string(optarg));

@@ -149,10 +149,12 @@ static bool find_packets(const struct nlmsghdr *h, uint64_t *packets)
     return false;
 }
 
-int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name,
-                           uint64_t *packets, struct sl_error *err)
+/* One nf_tables GET of an object by table and name (attributes tkey,
+ * nkey; a counter type for GETOBJ); *packets from a counter's answer. 1
+ * found, 0 no such object (ENOENT), -1. */
+static int nf_get(struct sl_nft *n, uint16_t msg, uint16_t tkey, uint16_t nkey, bool counter,
+                  const char *table, const char *name, uint64_t *packets, struct sl_error *err)
 {
-    *packets = 0;
     if (n->nl_fd < 0) {
         n->nl_fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
         if (n->nl_fd < 0)
@@ -168,17 +170,19 @@ int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name
     size_t tl = strlen(table) + 1, nl = strlen(name) + 1;
     if (tl > 64 || nl > 64)
         return sl_error_set(err, SL_E_RUNTIME, EINVAL, "nf_tables: name too long");
-    m.h.nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETOBJ;
+    m.h.nlmsg_type = (uint16_t)((NFNL_SUBSYS_NFTABLES << 8) | msg);
     m.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
     m.h.nlmsg_seq = ++n->seq;
     struct nfgenmsg g = {.nfgen_family = NFPROTO_INET, .version = NFNETLINK_V0};
     size_t at = NLMSG_HDRLEN;
     memcpy(m.buf + at, &g, sizeof(g));
     at += NLMSG_ALIGN(sizeof(g));
-    uint32_t type = htobe32(NFT_OBJECT_COUNTER);
-    at = put_attr(m.buf, at, NFTA_OBJ_TABLE, table, tl);
-    at = put_attr(m.buf, at, NFTA_OBJ_NAME, name, nl);
-    at = put_attr(m.buf, at, NFTA_OBJ_TYPE, &type, sizeof(type));
+    at = put_attr(m.buf, at, tkey, table, tl);
+    at = put_attr(m.buf, at, nkey, name, nl);
+    if (counter) {
+        uint32_t type = htobe32(NFT_OBJECT_COUNTER);
+        at = put_attr(m.buf, at, NFTA_OBJ_TYPE, &type, sizeof(type));
+    }
     m.h.nlmsg_len = (uint32_t)at;
     struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
     if (sendto(n->nl_fd, m.buf, at, 0, (struct sockaddr *)&kernel, sizeof(kernel)) < 0)
@@ -201,13 +205,34 @@ int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name
             if (h->nlmsg_type == NLMSG_ERROR) {
                 const struct nlmsgerr *e = NLMSG_DATA(h);
                 if (e->error == 0)
-                    return found ? 0 : sl_error_set(err, SL_E_RUNTIME, EIO,
-                                                    "nf_tables: counter %s: no answer", name);
+                    return found ? 1 : 0;
+                if (e->error == -ENOENT)
+                    return 0;
                 errno = -e->error;
-                return sl_error_errno(err, SL_E_RUNTIME, "nf_tables: counter %s", name);
+                return sl_error_errno(err, SL_E_RUNTIME, "nf_tables: %s", name);
             }
-            if (find_packets(h, packets))
+            if (!counter || (packets && find_packets(h, packets)))
                 found = true;
         }
     }
+}
+
+int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name,
+                           uint64_t *packets, struct sl_error *err)
+{
+    *packets = 0;
+    int r = nf_get(n, NFT_MSG_GETOBJ, NFTA_OBJ_TABLE, NFTA_OBJ_NAME, true, table, name, packets,
+                   err);
+    if (r == 0) {
+        errno = ENOENT;
+        return sl_error_errno(err, SL_E_RUNTIME, "nf_tables: no counter %s", name);
+    }
+    return r < 0 ? -1 : 0;
+}
+
+int sl_nft_chain_exists(struct sl_nft *n, const char *table, const char *chain,
+                        struct sl_error *err)
+{
+    return nf_get(n, NFT_MSG_GETCHAIN, NFTA_CHAIN_TABLE, NFTA_CHAIN_NAME, false, table, chain,
+                  NULL, err);
 }

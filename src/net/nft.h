@@ -30,6 +30,11 @@ int sl_nft_run(struct sl_nft *n, const char *cmds, const char *what, struct sl_e
 int sl_nft_counter_packets(struct sl_nft *n, const char *table, const char *name,
                            uint64_t *packets, struct sl_error *err);
 
+/* 1 when chain `chain` of table `inet <table>` exists, 0 when it (or the
+ * table) does not, -1; one nf_tables GETCHAIN. */
+int sl_nft_chain_exists(struct sl_nft *n, const char *table, const char *chain,
+                        struct sl_error *err);
+
 /* Run a list command with JSON output; *out is the parsed "nftables"
  * array (the caller's reference). ENOENT when the object does not exist. */
 int sl_nft_list_json(struct sl_nft *n, const char *cmd, json_t **out, struct sl_error *err);

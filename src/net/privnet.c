@@ -54,6 +54,7 @@ struct layer {
 
 struct slot {
     bool used, attached;
+    bool installed;                 /* its rules are in the table (attached or about to be) */
     uid_t uid;
     uint64_t seq;
     char ifname[SL_NL_IFNAME_MAX + 1];
@@ -75,6 +76,7 @@ struct sl_privnet {
     size_t n_slots;
     uint64_t seq;
     struct sl_egress_policy dflt;
+    bool guard; /* the forwarding guard chain is ours to keep (forwarding was off) */
 };
 
 /* FNV-1a: a tag from the subnet's text, stable across restarts. */
@@ -131,6 +133,13 @@ static void ports_text(const struct sl_egress_rule *r, char *out, size_t size)
         snprintf(out, size, " meta l4proto { tcp, udp } th dport %u-%u", r->port_lo, r->port_hi);
 }
 
+/* The conntrack mark of slot's current network (never 0: unmarked). */
+static unsigned mark_of(const struct sl_privnet *net, size_t slot)
+{
+    unsigned m = (unsigned)(net->slots[slot].seq & 0xffffffffu);
+    return m ? m : 1;
+}
+
 static void chain_name(size_t slot, int layer, char *out, size_t size)
 {
     snprintf(out, size, layer ? "sb%zub" : "sb%zu", slot);
@@ -153,6 +162,10 @@ static void render_layer(struct sl_privnet *net, size_t slot, int layer,
         /* A sandbox without CAP_NET_RAW cannot forge its source; belt and
          * braces, since the policy is chosen by it. */
         fprintf(f, "add rule inet %s %s ip saddr != %s drop\n", T, c, a);
+        /* Its flows carry its network's mark: once the network is gone
+         * (the mark out of @live) they are no one's, whoever gets the
+         * address next (from_sandbox, to_sandbox). */
+        fprintf(f, "add rule inet %s %s ct mark set %u\n", T, c, mark_of(net, slot));
         fprintf(f, "add rule inet %s %s ip daddr @never counter name sb%zu_denied drop\n", T, c,
                 slot);
         if (bound_on)
@@ -165,7 +178,11 @@ static void render_layer(struct sl_privnet *net, size_t slot, int layer,
         if (r->is_domain) {
             fprintf(f, "add set inet %s %s_%zu { type ipv4_addr; flags timeout; size %d; }\n", T,
                     c, sets, DOMAIN_SET_SIZE);
-            fprintf(f, "add rule inet %s %s ip daddr @%s_%zu%s %s\n", T, c, c, sets, ports, allow);
+            /* A name never opens a private address (rebinding: an
+             * allowed name answered with 10.0.0.5): only an address rule
+             * does. */
+            fprintf(f, "add rule inet %s %s ip daddr @%s_%zu ip daddr != @private%s %s\n", T, c,
+                    c, sets, ports, allow);
             sets++;
         } else {
             char n[INET_ADDRSTRLEN];
@@ -363,6 +380,7 @@ static int install_table(struct sl_privnet *net, bool guard, struct sl_error *er
             net->cidr);
     fprintf(f, " set private { type ipv4_addr; flags interval; elements = { %s } }\n", PRIVATE);
     fprintf(f, " map sandboxes { type ifname : verdict; }\n");
+    fprintf(f, " set live { type mark; }\n");
     fprintf(f, " chain forward { type filter hook forward priority filter - 5; policy accept;\n"
                "  iifname \"%s*\" jump from_sandbox\n  oifname \"%s*\" jump to_sandbox\n }\n",
             P, P);
@@ -371,16 +389,20 @@ static int install_table(struct sl_privnet *net, bool guard, struct sl_error *er
      * policy change, never cuts a download in the middle); a link with no
      * entry in the map has no policy: dropped. */
     fprintf(f, " chain from_sandbox {\n  meta nfproto ipv6 drop\n"
-               "  ct state established,related accept\n  iifname vmap @sandboxes\n"
+               "  ct state established,related ct mark @live accept\n"
+               "  iifname vmap @sandboxes\n  drop\n }\n");
+    fprintf(f, " chain to_sandbox {\n  ct state established,related ct mark @live accept\n"
                "  drop\n }\n");
-    fprintf(f, " chain to_sandbox {\n  ct state established,related accept\n  drop\n }\n");
     fprintf(f, " chain input { type filter hook input priority filter - 5; policy accept;\n"
                "  iifname \"%s*\" jump sandbox_to_host\n }\n",
             P);
     fprintf(f,
             " chain sandbox_to_host {\n  ct state established,related accept\n"
-            "  ip daddr %s meta l4proto { tcp, udp } th dport 53 accept\n  drop\n }\n",
-            gw);
+            "  ip daddr %s udp dport 53 accept\n"
+            /* The resolver serves UDP only: TCP DNS is refused at once,
+             * never passed to a server of the host's. */
+            "  ip daddr %s tcp dport 53 reject with tcp reset\n  drop\n }\n",
+            gw, gw);
     /* Only the host's root (the daemon) opens connections into a sandbox. */
     fprintf(f,
             " chain output { type filter hook output priority filter - 5; policy accept;\n"
@@ -530,6 +552,7 @@ int sl_privnet_open(const struct sl_privnet_options *opt, struct sl_privnet **ou
     }
     if (sl_nft_open(&net->nft, err) < 0 || enable_forwarding(&guard, err) < 0)
         goto fail;
+    net->guard = guard;
     if (automatic ? claim_auto(net, guard, err) < 0
                   : check_not_in_use(net, err) < 0 || install_table(net, guard, err) < 0)
         goto fail;
@@ -617,12 +640,18 @@ static int install_slot(struct sl_privnet *net, size_t slot, struct layer want[2
     if (text_open(&t) < 0)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     const char *T = net->table;
-    fprintf(t.f, "add chain inet %s sb%zu\n", T, slot);
-    /* A counter from zero (add, delete, add: whether or not one was left). */
+    /* Whatever an earlier network of this slot left when its removal
+     * failed goes first: its chains emptied (so nothing refers to the
+     * counter), its bound chain removed; then a counter from zero (add,
+     * delete, add: whether or not one was there). */
+    fprintf(t.f, "add chain inet %s sb%zu\nflush chain inet %s sb%zu\n", T, slot, T, slot);
+    fprintf(t.f, "add chain inet %s sb%zub\nflush chain inet %s sb%zub\n", T, slot, T, slot);
+    fprintf(t.f, "delete chain inet %s sb%zub\n", T, slot);
     fprintf(t.f, "add counter inet %s sb%zu_denied\ndelete counter inet %s sb%zu_denied\n", T,
             slot, T, slot);
     fprintf(t.f, "add counter inet %s sb%zu_denied\n", T, slot);
     render_slot(net, slot, want, false, t.f);
+    fprintf(t.f, "add element inet %s live { %u }\n", T, mark_of(net, slot));
     fprintf(t.f, "add element inet %s sandboxes { \"%s\" : jump sb%zu }\n", T, s->ifname, slot);
     char *cmds = text_close(&t);
     if (!cmds)
@@ -640,6 +669,8 @@ static void uninstall_slot(struct sl_privnet *net, size_t slot)
     if (text_open(&t) < 0)
         return;
     fprintf(t.f, "delete element inet %s sandboxes { \"%s\" }\n", T, s->ifname);
+    /* Its flows are no one's from now on (from_sandbox, to_sandbox). */
+    fprintf(t.f, "delete element inet %s live { %u }\n", T, mark_of(net, slot));
     fprintf(t.f, "delete chain inet %s sb%zu\n", T, slot);
     if (s->layer[1].on)
         fprintf(t.f, "delete chain inet %s sb%zub\n", T, slot);
@@ -650,6 +681,7 @@ static void uninstall_slot(struct sl_privnet *net, size_t slot)
     if (cmds && sl_nft_run(net->nft, cmds, "cannot remove a sandbox's egress rules", &err) < 0)
         sl_warn("private network, %s: %s", s->ifname, sl_error_text(&err));
     free(cmds);
+    s->installed = false;
 }
 
 /* The link: a veth pair, eth0 inside, routed both ways. */
@@ -663,15 +695,27 @@ static int make_link(struct sl_privnet *net, const char *ifname, int netns_fd, u
         sl_nl_close(&here);
         return -1;
     }
-    int rc = -1, host;
-    /* eth0 is index 2: a new namespace has only lo (1). */
-    if (sl_nl_veth_add(&here, ifname, "eth0", netns_fd, 2, err) < 0)
-        goto out;
+    int rc = -1, host, inside;
+    struct sl_error first = {0};
+    if (sl_nl_veth_add(&here, ifname, "eth0", netns_fd, 0, &first) < 0) {
+        /* A link of this name left by a worker that died with its
+         * sandboxes still up: it is no one's now. */
+        if (first.errnum != EEXIST || sl_nl_link_del(&here, ifname, err) < 0 ||
+            sl_nl_veth_add(&here, ifname, "eth0", netns_fd, 0, err) < 0) {
+            if (first.errnum != EEXIST && err)
+                *err = first;
+            goto out;
+        }
+    }
+    /* eth0's index: not always 2 (a host with tunnel modules loaded gives
+     * every new namespace tunl0 and sit0 first). */
     if ((host = sl_nl_ifindex(&here, ifname, err)) < 0 ||
+        (inside = sl_nl_ifindex(&there, "eth0", err)) < 0 ||
         sl_nl_addr4_add(&here, host, net->gw, 32, err) < 0 || sl_nl_link_up(&here, host, err) < 0 ||
         sl_nl_route4_add(&here, addr, 32, host, 0, err) < 0 ||
-        sl_nl_addr4_add(&there, 2, addr, 32, err) < 0 || sl_nl_link_up(&there, 2, err) < 0 ||
-        sl_nl_route4_add(&there, 0, 0, 2, net->gw, err) < 0) {
+        sl_nl_addr4_add(&there, inside, addr, 32, err) < 0 ||
+        sl_nl_link_up(&there, inside, err) < 0 ||
+        sl_nl_route4_add(&there, 0, 0, inside, net->gw, err) < 0) {
         sl_nl_link_del(&here, ifname, NULL);
         goto out;
     }
@@ -705,16 +749,31 @@ int sl_privnet_attach(struct sl_privnet *net, uid_t uid, int netns_fd,
     int rc = install_slot(net, (size_t)slot, want, err);
     bool installed = rc == 0;
     memcpy(s->layer, want, sizeof(want)); /* owned by the slot now */
+    /* Installed: a policy change from now on reaches it (set_policy), even
+     * while its link is being made. */
+    s->installed = installed;
     pthread_mutex_unlock(&net->lock);
     if (rc == 0)
         rc = make_link(net, ifname, netns_fd, slot_addr(net, (size_t)slot), err);
     pthread_mutex_lock(&net->lock);
     s = &net->slots[slot]; /* the array may have moved */
+    if (rc == 0 && !s->installed) {
+        /* Cut off while its link was being made (a policy change that
+         * could not be installed): the link goes too. */
+        struct sl_nl nl;
+        if (sl_nl_open(&nl, -1, err) == 0) {
+            sl_nl_link_del(&nl, ifname, NULL);
+            sl_nl_close(&nl);
+        }
+        rc = sl_error_set(err, SL_E_RUNTIME, ECANCELED, "%s", s->error);
+        installed = false;
+    }
     if (rc == 0) {
         s->attached = true;
     } else {
-        snprintf(s->error, sizeof(s->error), "%s", sl_error_text(err));
-        if (installed)
+        if (!s->error[0])
+            snprintf(s->error, sizeof(s->error), "%s", sl_error_text(err));
+        if (installed && s->installed)
             uninstall_slot(net, (size_t)slot);
         layers_free(s->layer);
     }
@@ -749,7 +808,7 @@ void sl_privnet_detach(struct sl_privnet *net, int slot)
     }
     pthread_mutex_lock(&net->lock);
     s = &net->slots[slot];
-    if (attached)
+    if (s->installed)
         uninstall_slot(net, (size_t)slot);
     layers_free(s->layer);
     free(s->learned);
@@ -780,12 +839,13 @@ int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egr
     pthread_mutex_lock(&net->lock);
     for (size_t i = 0; i < net->n_slots; i++) {
         struct slot *s = &net->slots[i];
-        if (!s->used || !s->attached || s->uid != uid)
+        if (!s->used || !s->installed || s->uid != uid)
             continue;
         struct layer want[2];
         struct text t;
         if (layers_copy(net, want, policy, bound) < 0) {
             rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+            cut_off(net, i, "out of memory while changing its egress policy");
             continue;
         }
         if (sl_egress_equal(&want[0].p, &s->layer[0].p) && want[1].on == s->layer[1].on &&
@@ -796,6 +856,7 @@ int sl_privnet_set_policy(struct sl_privnet *net, uid_t uid, const struct sl_egr
         if (text_open(&t) < 0) {
             layers_free(want);
             rc = sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+            cut_off(net, i, "out of memory while changing its egress policy");
             continue;
         }
         /* One transaction: the old rules, then the old sets (no rule
@@ -867,16 +928,24 @@ bool sl_privnet_status(struct sl_privnet *net, uid_t uid, struct sl_privnet_stat
 
 int sl_privnet_check(struct sl_privnet *net, struct sl_error *err)
 {
-    char cmd[80];
-    snprintf(cmd, sizeof(cmd), "list set inet %s never", net->table);
-    json_t *list = NULL;
+    /* Its base and policy chains: each asked of the kernel (cheap, and not
+     * growing with the table). */
+    static const char *const chains[] = {"forward", "from_sandbox", "to_sandbox", "input",
+                                         "sandbox_to_host", "output", "dns", "out"};
     struct sl_error e = {0};
     pthread_mutex_lock(&net->lock);
-    int rc = sl_nft_list_json(net->nft, cmd, &list, &e);
-    json_decref(list);
-    if (rc == 0 || e.errnum != ENOENT) {
+    int missing = 0;
+    for (size_t i = 0; i < sizeof(chains) / sizeof(chains[0]) && !missing; i++) {
+        int r = sl_nft_chain_exists(net->nft, net->table, chains[i], &e);
+        if (r < 0) {
+            pthread_mutex_unlock(&net->lock);
+            return 0; /* nftables could not say: nothing to act on */
+        }
+        missing = r == 0;
+    }
+    if (!missing) {
         pthread_mutex_unlock(&net->lock);
-        return 0; /* there, or nftables could not say: nothing to act on */
+        return 0;
     }
     size_t cut = 0;
     for (size_t i = 0; i < net->n_slots; i++) {
@@ -890,20 +959,21 @@ int sl_privnet_check(struct sl_privnet *net, struct sl_error *err)
             sl_nl_close(&nl);
         }
         layers_free(s->layer);
-        s->attached = false;
+        s->attached = s->installed = false;
         snprintf(s->error, sizeof(s->error),
                  "the private network's nftables table was removed: cut off until its next "
                  "session");
         cut++;
     }
-    bool guard = false;
+    bool was_off = false;
     struct sl_error ie = {0};
-    if (enable_forwarding(&guard, &ie) < 0 || install_table(net, guard, &ie) < 0)
+    if (enable_forwarding(&was_off, &ie) < 0 || install_table(net, net->guard || was_off, &ie) < 0)
         sl_warn("private network: cannot make its table again: %s", sl_error_text(&ie));
+    net->guard = net->guard || was_off;
     pthread_mutex_unlock(&net->lock);
     return sl_error_set(err, SL_E_RUNTIME, ENOENT,
-                        "the private network's nftables table inet %s was gone: %zu sandbox "
-                        "links cut off, the table made again",
+                        "the private network's nftables table inet %s lost its chains: %zu "
+                        "sandbox links cut off, the table made again",
                         net->table, cut);
 }
 

@@ -24,12 +24,14 @@
 #define MAX_UPSTREAMS 4
 #define DNS_MAX 4096     /* a datagram: EDNS0's usual payload size */
 #define MAX_ADDRS 64     /* A records learned from one answer */
+#define PENDING_PER_SOURCE 64 /* one sandbox's queries waiting at once: none starves the others */
 
 enum { T_A = 1, T_AAAA = 28, C_IN = 1, RCODE_SERVFAIL = 2, RCODE_REFUSED = 5 };
 
 struct pending {
     bool used;
-    uint16_t id;        /* sent upstream: the slot in the low bits, random high bits */
+    uint16_t id;        /* sent upstream: random */
+    uint16_t qtype;
     uint16_t client_id;
     struct sockaddr_in client;
     bool learn;
@@ -119,12 +121,13 @@ static void put16(uint8_t *p, uint16_t v)
 }
 
 /* The question's name as text (lower case, no trailing dot) and the
- * offset after its type and class; -1 when the query is not one plain
- * question. */
-static int parse_question(const uint8_t *m, size_t len, char *name, size_t size, uint16_t *qtype,
-                          size_t *end)
+ * offset after its type and class; -1 when the message is not one plain
+ * question (of a query, or of an answer), -2 when a label holds a byte no
+ * host name has. */
+static int parse_question(const uint8_t *m, size_t len, bool answer, char *name, size_t size,
+                          uint16_t *qtype, size_t *end)
 {
-    if (len < 12 || get16(m + 4) != 1 || (m[2] & 0x80))
+    if (len < 12 || get16(m + 4) != 1 || ((m[2] & 0x80) != 0) != answer)
         return -1;
     size_t at = 12, out = 0;
     for (;;) {
@@ -137,8 +140,15 @@ static int parse_question(const uint8_t *m, size_t len, char *name, size_t size,
             return -1; /* a pointer or an overlong label: not in a question */
         if (out)
             name[out++] = '.';
-        for (uint8_t i = 0; i < l; i++)
-            name[out++] = (char)tolower(m[at + i]);
+        for (uint8_t i = 0; i < l; i++) {
+            /* A host name's bytes only: a NUL or a dot inside a label
+             * would make the text name another name than the one
+             * upstream resolves ("allowed.test\0.attacker.example"). */
+            unsigned char c = m[at + i];
+            if (!(isalnum(c) || c == '-' || c == '_'))
+                return -2;
+            name[out++] = (char)tolower(c);
+        }
         at += l;
     }
     name[out] = '\0';
@@ -220,7 +230,20 @@ static void on_query(struct sl_resolver *r, uint8_t *m, size_t len, const struct
     char name[256];
     uint16_t qtype;
     size_t qend;
-    if (parse_question(m, len, name, sizeof(name), &qtype, &qend) < 0)
+    int parsed = parse_question(m, len, false, name, sizeof(name), &qtype, &qend);
+    if (parsed == -2) {
+        /* A name no policy could be asked about: refused, counted. */
+        (void)sl_privnet_answer_for(r->net, from->sin_addr.s_addr, "");
+        uint8_t h[12];
+        memcpy(h, m, 12);
+        h[2] = (uint8_t)(0x80 | (m[2] & 0x79));
+        h[3] = 0x80 | RCODE_REFUSED;
+        memset(h + 4, 0, 8);
+        (void)sendto(r->listen_fd, h, 12, MSG_DONTWAIT, (const struct sockaddr *)from,
+                     sizeof(*from));
+        return;
+    }
+    if (parsed < 0)
         return; /* not a query we answer: dropped, as a server would */
     enum sl_egress_answer a = sl_privnet_answer_for(r->net, from->sin_addr.s_addr, name);
     if (a == SL_EGRESS_REFUSE) {
@@ -231,27 +254,33 @@ static void on_query(struct sl_resolver *r, uint8_t *m, size_t len, const struct
         reply_empty(r, m, qend, from, 0);
         return;
     }
-    /* An id of ours for upstream: a free slot of the pending table in
-     * the low bits, random ones above (an answer must match both). */
+    /* A free entry, if this sandbox has not too many waiting, and an id
+     * for upstream: 16 random bits no waiting query has. */
     struct pending *p = NULL;
-    uint16_t id = 0;
-    for (size_t tries = 0; tries < PENDING_MAX; tries++) {
-        uint16_t slot = r->next_id;
-        r->next_id = (uint16_t)((r->next_id + 1) % PENDING_MAX);
-        if (!r->pending[slot].used) {
-            p = &r->pending[slot];
-            uint16_t high = 0;
-            (void)!getrandom(&high, sizeof(high), GRND_NONBLOCK);
-            id = (uint16_t)((high & ~(PENDING_MAX - 1)) | slot);
-            break;
-        }
+    size_t mine = 0;
+    for (size_t i = 0; i < PENDING_MAX; i++) {
+        if (!r->pending[i].used)
+            p = p ? p : &r->pending[i];
+        else if (r->pending[i].client.sin_addr.s_addr == from->sin_addr.s_addr)
+            mine++;
     }
-    if (!p) {
+    uint16_t id = 0;
+    for (int tries = 0; p && tries < 8; tries++) {
+        if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+            id = (uint16_t)(sl_mono_us() ^ (uint64_t)tries);
+        bool taken = false;
+        for (size_t i = 0; i < PENDING_MAX && !taken; i++)
+            taken = r->pending[i].used && r->pending[i].id == id;
+        if (!taken)
+            break;
+    }
+    if (!p || mine >= PENDING_PER_SOURCE) {
         reply_empty(r, m, qend, from, RCODE_SERVFAIL);
         return;
     }
     *p = (struct pending){.used = true,
                           .id = id,
+                          .qtype = qtype,
                           .client_id = get16(m),
                           .client = *from,
                           .learn = a == SL_EGRESS_LEARN,
@@ -277,9 +306,20 @@ static void on_answer(struct sl_resolver *r, uint8_t *m, size_t len, const struc
         if (r->up[i].addr == from->sin_addr.s_addr && htons(r->up[i].port) == from->sin_port)
             known = true;
     uint16_t id = get16(m);
-    struct pending *p = &r->pending[id & (PENDING_MAX - 1)];
-    if (!known || !p->used || p->id != id)
+    struct pending *p = NULL;
+    for (size_t i = 0; i < PENDING_MAX && !p; i++)
+        if (r->pending[i].used && r->pending[i].id == id)
+            p = &r->pending[i];
+    if (!known || !p)
         return; /* not an answer to us: a late or forged one */
+    /* The answer must be to the question asked: its addresses are
+     * learned under that name. */
+    char name[256];
+    uint16_t qtype;
+    size_t qend;
+    if (parse_question(m, len, true, name, sizeof(name), &qtype, &qend) < 0 ||
+        strcmp(name, p->name) != 0 || qtype != p->qtype)
+        return;
     p->used = false;
     if (p->learn) {
         uint32_t addrs[MAX_ADDRS], ttls[MAX_ADDRS];
@@ -322,9 +362,12 @@ static void *resolver_thread(void *arg)
             for (int k = 0; k < 64; k++) {
                 struct sockaddr_in from;
                 socklen_t fl = sizeof(from);
-                ssize_t len = recvfrom(fd, buf, DNS_MAX, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+                ssize_t len = recvfrom(fd, buf, DNS_MAX, MSG_DONTWAIT | MSG_TRUNC,
+                                       (struct sockaddr *)&from, &fl);
                 if (len < 0)
                     break;
+                if (len > DNS_MAX)
+                    continue; /* cut short: never passed on broken */
                 if (fd == r->listen_fd)
                     on_query(r, buf, (size_t)len, &from);
                 else

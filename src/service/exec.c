@@ -446,7 +446,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         record_failure(&x->rec, "RuntimeError", err.message);
         return false;
     }
-    svc_egress_rt(&egress, &rreq.egress);
+    svc_egress_rt(svc, &egress, &rreq.egress);
     atomic_fetch_add(&svc->running_execs, 1);
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);

@@ -27,6 +27,7 @@
  * its tenant's, each when there is one. */
 struct svc_egress {
     bool has_own, has_tenant;
+    bool tenant_owned; /* a tenant's sandbox ("<tenant>~<name>") */
     struct sl_egress_policy own, tenant;
 };
 
@@ -307,9 +308,11 @@ int svc_egress_for_exec(struct sl_service *svc, const char *sandbox_id, struct s
                         struct sl_error *err);
 void svc_egress_free(struct svc_egress *e);
 /* The runtime's view of them (pointers into e). */
-void svc_egress_rt(const struct svc_egress *e, struct sl_rt_egress *out);
+void svc_egress_rt(struct sl_service *svc, const struct svc_egress *e, struct sl_rt_egress *out);
 /* Maintenance: running sandboxes' rules brought to the store's; denials
  * logged, once a cycle per sandbox that had new ones. */
 void svc_egress_cycle(struct sl_service *svc);
+/* A released sandbox's own policy, removed (logged when it cannot be). */
+void svc_egress_forget(struct sl_service *svc, const char *sandbox_id);
 
 #endif

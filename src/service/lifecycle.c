@@ -702,7 +702,12 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const char *actor,
                        struct sl_error *err)
 {
-    return svc_release(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
+    json_t *doc = svc_release(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
+    /* Its egress policy goes with it: the next sandbox of this id starts
+     * from its tenant's or the worker's. */
+    if (doc)
+        svc_egress_forget(svc, sandbox_id);
+    return doc;
 }
 
 json_t *svc_release(struct sl_service *svc, const char *sandbox_id, const char *reason,

@@ -37,6 +37,7 @@ static int egress_copy(struct svc_egress *dst, const struct svc_egress *src)
     memset(dst, 0, sizeof(*dst));
     dst->has_own = src->has_own;
     dst->has_tenant = src->has_tenant;
+    dst->tenant_owned = src->tenant_owned;
     if ((src->has_own && sl_egress_copy(&dst->own, &src->own) < 0) ||
         (src->has_tenant && sl_egress_copy(&dst->tenant, &src->tenant) < 0)) {
         svc_egress_free(dst);
@@ -45,10 +46,16 @@ static int egress_copy(struct svc_egress *dst, const struct svc_egress *src)
     return 0;
 }
 
-void svc_egress_rt(const struct svc_egress *e, struct sl_rt_egress *out)
+void svc_egress_rt(struct sl_service *svc, const struct svc_egress *e, struct sl_rt_egress *out)
 {
     out->policy = e->has_own ? &e->own : e->has_tenant ? &e->tenant : NULL;
-    out->bound = e->has_own && e->has_tenant ? &e->tenant : NULL;
+    /* A policy a tenant set itself stays within its tenant's, or, when the
+     * operator gave the tenant none, within the worker's default: a tenant
+     * never opens what the operator closed. */
+    out->bound = !e->has_own      ? NULL
+                 : e->has_tenant  ? &e->tenant
+                 : e->tenant_owned && svc->privnet ? sl_privnet_default(svc->privnet)
+                                                   : NULL;
 }
 
 /* The tenant part of a sandbox id ("<tenant>~<name>"), or "" for the
@@ -85,15 +92,16 @@ int svc_egress_load(struct sl_service *svc, const char *sandbox_id, struct svc_e
                     struct sl_error *err)
 {
     memset(out, 0, sizeof(*out));
+    char key[SL_EGRESS_DOMAIN_MAX + 16], tid[SL_TENANT_ID_MAX + 1];
+    tenant_of(sandbox_id, tid, sizeof(tid));
+    out->tenant_owned = tid[0] != '\0';
     if (!svc->store->egress_policies)
         return 0;
-    char key[SL_EGRESS_DOMAIN_MAX + 16], tid[SL_TENANT_ID_MAX + 1];
     snprintf(key, sizeof(key), "sandbox:%s", sandbox_id);
     int r = load_one(svc, key, &out->own, err);
     if (r < 0)
         return -1;
     out->has_own = r == 1;
-    tenant_of(sandbox_id, tid, sizeof(tid));
     if (tid[0]) {
         snprintf(key, sizeof(key), "tenant:%s", tid);
         r = load_one(svc, key, &out->tenant, err);
@@ -164,14 +172,35 @@ static int apply(struct sl_service *svc, const char *sandbox_id, uid_t uid,
                  const struct svc_egress *e, struct sl_error *err)
 {
     struct sl_rt_egress rules;
-    svc_egress_rt(e, &rules);
+    svc_egress_rt(svc, e, &rules);
     if (sl_privnet_set_policy(svc->privnet, uid, rules.policy, rules.bound, err) == 0)
         return 0;
     sl_warn("sandbox %s: its network is cut off: %s", sandbox_id, sl_error_text(err));
+    char why[sizeof(err->message)];
+    snprintf(why, sizeof(why), "%s", err->message);
     return sl_error_set(err, SL_E_EGRESS_NOT_INSTALLED, 0,
                         "the new egress policy could not be installed, so the sandbox's network "
                         "is cut off until its next session: %s",
-                        err->message);
+                        why);
+}
+
+static int need_private(struct sl_service *svc, struct sl_error *err);
+
+void svc_egress_forget(struct sl_service *svc, const char *sandbox_id)
+{
+    if (!svc->store->egress_policies)
+        return;
+    char key[SL_EGRESS_DOMAIN_MAX + 16];
+    snprintf(key, sizeof(key), "sandbox:%s", sandbox_id);
+    struct sl_error err = {0};
+    if (svc->store->ops->egress_delete(svc->store, key, &err) < 0)
+        sl_warn("sandbox %s: its egress policy stays stored: %s", sandbox_id,
+                sl_error_text(&err));
+}
+
+int sl_svc_egress_supported(struct sl_service *svc, struct sl_error *err)
+{
+    return need_private(svc, err);
 }
 
 /* ---- the view ---------------------------------------------------------------- */
@@ -186,9 +215,11 @@ static json_t *network_view(struct sl_service *svc, const char *sandbox_id, uid_
                             svc->cfg->network_mode, "egress", sl_egress_to_json(eff),
                             "egress_source",
                             e->has_own ? "sandbox" : e->has_tenant ? "tenant" : "worker",
-                            "tenant_bound",
-                            e->has_own && e->has_tenant ? sl_egress_to_json(&e->tenant)
-                                                        : json_null());
+                            "tenant_bound", json_null());
+    struct sl_rt_egress rules;
+    svc_egress_rt(svc, e, &rules);
+    if (rules.bound)
+        json_object_set_new(doc, "tenant_bound", sl_egress_to_json(rules.bound));
     struct sl_privnet_status st;
     bool have = uid && sl_privnet_status(svc->privnet, uid, &st);
     /* connected: a session with its link and rules; cut_off: its rules

@@ -55,6 +55,9 @@ const char *sl_service_worker_id(const struct sl_service *svc);
  * EGRESS_POLICY_NOT_INSTALLED when a running sandbox had to be cut off. */
 struct sl_egress_policy;
 json_t *sl_svc_network_get(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+/* 0 when this worker takes egress policies (the private mode, and the
+ * store's table), else the 409 refusal. */
+int sl_svc_egress_supported(struct sl_service *svc, struct sl_error *err);
 json_t *sl_svc_network_set(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                            const struct sl_egress_policy *policy, const char *actor,
                            struct sl_error *err);

@@ -196,6 +196,11 @@ def test_link_local_and_metadata_are_never_reachable_even_when_allowed(pclient, 
 def test_private_ranges_need_an_allow_rule(pclient, inet):
     sb = make(pclient)
     assert not any(ok(probe(sb, [tcp(inet.private), udp(inet.private)])))
+    # A name never opens a private address (DNS rebinding), even allowed.
+    r = set_egress(sb, {"default": "deny", "allow": ["private.test"]})
+    assert r.status == 200, r
+    assert probe(sb, [dict(kind="resolve", name="private.test"), tcp("private.test")]) == \
+        [f"ok {inet.private}", "fail timeout"]
     r = set_egress(sb, {"allow": [inet.private_net]})
     assert r.status == 200, r
     assert probe(sb, [tcp(inet.private), udp(inet.private)]) == \
@@ -234,10 +239,16 @@ def test_an_allowlist_by_name_holds_by_name_and_by_address_with_or_without_proxi
     allowlist_checks(other, inet)
     # DNS to any server goes to the sandbox's resolver, which refuses the
     # name (REFUSED, not silence): no resolver elsewhere is a way out.
+    gw = CIDR.split("/")[0].rsplit(".", 2)[0] + ".0.1"
     res = probe(sb, [dict(kind="dns", server=inet.allowed, name="denied.test"),
                      dict(kind="dns", server="192.0.2.53", name="denied.test"),
-                     dict(kind="dns", server="192.0.2.53", name="allowed.test")])
-    assert res == ["ok rcode 5", "ok rcode 5", "ok rcode 0"], res
+                     dict(kind="dns", server="192.0.2.53", name="allowed.test"),
+                     # A NUL inside a label: upstream would resolve a name
+                     # under another zone than the one the text names.
+                     dict(kind="dns", server=gw, name="allowed.test\u0000.evil.example"),
+                     tcp(gw, 53)])
+    assert res == ["ok rcode 5", "ok rcode 5", "ok rcode 0", "ok rcode 5",
+                   "fail refused"], res
     view = network(sb)
     assert view["egress_source"] == "sandbox" and view["refused_names"] >= 3
     assert view["denied_connections"] > 0
@@ -444,6 +455,9 @@ def test_the_cli_shows_and_sets_a_sandbox_egress_policy(pdaemon, inet):
     r = run("--json", "network", name)
     doc = json.loads(r.stdout)
     assert doc["state"] == "connected" and doc["denied_connections"] > 0, doc
+    # Options after the name too.
+    r = run("egress", name, "--default", "deny", "--allow", "allowed.test:8080")
+    assert r.returncode == 0 and "default deny" in r.stdout, r
     r = run("egress", "--inherit", name)
     assert r.returncode == 0 and "egress (worker's): default allow" in r.stdout, r
     r = run("egress", "--allow", "2001:db8::1", name)
