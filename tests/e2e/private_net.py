@@ -133,8 +133,10 @@ class TestInternet:
         _run(*ns, "route", "add", "default", "via", self.gw)
         # The host reaches the private and metadata addresses through the
         # namespace too, so only the policy stands between them and a sandbox.
-        _run("ip", "route", "add", self.private_net, "via", self.allowed, "dev", self.host_if)
-        _run("ip", "route", "add", f"{self.metadata}/32", "via", self.allowed, "dev",
+        # replace, not add: a run killed before its teardown leaves its own.
+        _run("ip", "route", "replace", self.private_net, "via", self.allowed, "dev",
+             self.host_if)
+        _run("ip", "route", "replace", f"{self.metadata}/32", "via", self.allowed, "dev",
              self.host_if)
         srv = subprocess.Popen(["ip", "netns", "exec", self.ns, "python3", "-c", SERVER,
                                 self.allowed, self.denied, self.other, self.private,
