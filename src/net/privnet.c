@@ -308,27 +308,42 @@ static int layers_copy(struct sl_privnet *net, struct layer want[2],
 
 /* The table of another live sandloomd with this subnet: refuse, rather
  * than take its sandboxes' rules away. */
-static int check_not_in_use(struct sl_privnet *net, struct sl_error *err)
+/* The pid in the table's owner set (nft's JSON output has no table
+ * comments to carry it): 0 when there is no table or no owner set. */
+static int owner_pid(struct sl_privnet *net, long *pid, struct sl_error *err)
 {
-    /* The owner's pid is the element of the table's set "owner" (nft's
-     * JSON output has no table comments to carry it). */
+    *pid = 0;
     char cmd[64];
     snprintf(cmd, sizeof(cmd), "list set inet %s owner", net->table);
     json_t *list = NULL;
     struct sl_error e = {0};
     if (sl_nft_list_json(net->nft, cmd, &list, &e) < 0)
-        return e.errnum == ENOENT ? 0 : (*err = e, -1); /* no table, or not a worker's */
-    long pid = 0;
+        return e.errnum == ENOENT ? 0 : (*err = e, -1);
     size_t i;
     json_t *item;
     json_array_foreach(list, i, item)
     {
         json_t *elem = json_object_get(json_object_get(item, "set"), "elem");
         if (json_array_size(elem) > 0 && json_is_integer(json_array_get(elem, 0)))
-            pid = (long)json_integer_value(json_array_get(elem, 0));
+            *pid = (long)json_integer_value(json_array_get(elem, 0));
     }
     json_decref(list);
-    if (pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM))
+    return 0;
+}
+
+static bool pid_alive(long pid)
+{
+    return pid > 0 && pid != (long)getpid() && (kill((pid_t)pid, 0) == 0 || errno == EPERM);
+}
+
+/* The table of another live sandloomd with this subnet: refuse, rather
+ * than take its sandboxes' rules away. */
+static int check_not_in_use(struct sl_privnet *net, struct sl_error *err)
+{
+    long pid = 0;
+    if (owner_pid(net, &pid, err) < 0)
+        return -1;
+    if (pid_alive(pid))
         return sl_error_set(err, SL_E_CONFIG, EBUSY,
                             "SANDBOX_PRIVATE_NETWORK_CIDR %s is in use by another sandloomd "
                             "(pid %ld, nftables table inet %s): give each worker on a host a "
@@ -506,21 +521,34 @@ static int claim_auto(struct sl_privnet *net, bool guard, struct sl_error *err)
             continue;
         name_subnet(net, base, 16);
         struct sl_error e = {0};
-        if (check_not_in_use(net, &e) < 0)
-            continue; /* a live worker's */
-        char cmd[160];
-        snprintf(cmd, sizeof(cmd),
-                 "create table inet %s\nadd set inet %s owner { type mark; elements = { %ld } }",
-                 net->table, net->table, (long)getpid());
-        if (sl_nft_run(net->nft, cmd, "claim", &e) < 0) {
+        long pid = 0;
+        if (owner_pid(net, &pid, &e) < 0 || pid_alive(pid))
+            continue; /* a live worker's, or nftables could not say */
+        char cmd[200];
+        if (pid == 0) {
+            /* No table: made with us as its owner; fails (EEXIST) for the
+             * second of two workers starting now. */
+            snprintf(cmd, sizeof(cmd),
+                     "create table inet %s\nadd set inet %s owner { type mark; elements = { %ld "
+                     "} }",
+                     net->table, net->table, (long)getpid());
+            if (sl_nft_run(net->nft, cmd, "claim", &e) == 0)
+                return install_table(net, guard, err);
             if (e.errnum != EEXIST)
                 return sl_error_set(err, SL_E_CONFIG, e.errnum, "%s", e.message);
-            /* A dead worker's table (check_not_in_use said so), or one made
-             * a moment ago by a worker starting now: asked again. */
-            if (check_not_in_use(net, &e) < 0)
+            /* Made a moment ago by another, or a table with no owner (not
+             * a worker's, or not ours to take): asked once more. */
+            if (owner_pid(net, &pid, &e) < 0 || pid == 0 || pid_alive(pid))
                 continue;
         }
-        return install_table(net, guard, err);
+        /* A dead worker's table: its owner replaced by us in one
+         * transaction, which fails for all but one of several workers that
+         * found it dead at once (the dead pid is gone after the first). */
+        snprintf(cmd, sizeof(cmd),
+                 "delete element inet %s owner { %ld }\nadd element inet %s owner { %ld }",
+                 net->table, pid, net->table, (long)getpid());
+        if (sl_nft_run(net->nft, cmd, "claim", &e) == 0)
+            return install_table(net, guard, err);
     }
     return sl_error_set(err, SL_E_CONFIG, EADDRINUSE,
                         "SANDBOX_PRIVATE_NETWORK_CIDR=auto: every subnet from 10.201.0.0/16 to "

@@ -657,6 +657,10 @@ void sl_service_close(struct sl_service *svc)
     for (size_t i = 0; i < svc->live_n; i++) {
         free(svc->live[i].sandbox_id);
         json_decref(svc->live[i].templates);
+        if (svc->live[i].egress) {
+            svc_egress_free(svc->live[i].egress);
+            free(svc->live[i].egress);
+        }
     }
     free(svc->live);
     svc_owner_cache_free(svc->owners);
