@@ -186,6 +186,67 @@ static int apply(struct sl_service *svc, const char *sandbox_id, uid_t uid,
 
 static int need_private(struct sl_service *svc, struct sl_error *err);
 
+/* Write a scope's policy in its canonical form, or remove it (NULL). */
+static int store_policy(struct sl_service *svc, const char *key,
+                        const struct sl_egress_policy *policy, const char *actor,
+                        struct sl_error *err)
+{
+    if (!policy)
+        return svc->store->ops->egress_delete(svc->store, key, err) < 0 ? -1 : 0;
+    _cleanup_json_ json_t *doc = sl_egress_to_json(policy);
+    _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    return svc->store->ops->egress_put(svc->store, key, text, actor, sl_now_us(), err);
+}
+
+/* The live sandboxes (not being destroyed) whose ids start with `prefix`
+ * ("" for all): ids (strdup'd) and uids, for work done outside
+ * live_lock. Free with live_free. */
+struct live_list {
+    char **ids;
+    uid_t *uids;
+    size_t n;
+};
+
+static void live_collect(struct sl_service *svc, const char *prefix, struct live_list *out)
+{
+    size_t plen = strlen(prefix);
+    pthread_mutex_lock(&svc->live_lock);
+    out->ids = calloc(svc->live_n + 1, sizeof(*out->ids));
+    out->uids = calloc(svc->live_n + 1, sizeof(*out->uids));
+    out->n = 0;
+    for (size_t i = 0; out->ids && out->uids && i < svc->live_n; i++) {
+        const struct sl_live *l = &svc->live[i];
+        if (!l->destroying && strncmp(l->sandbox_id, prefix, plen) == 0 &&
+            (out->ids[out->n] = strdup(l->sandbox_id)))
+            out->uids[out->n++] = l->uid;
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+}
+
+static void live_free(struct live_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->ids[i]);
+    free(l->ids);
+    free(l->uids);
+}
+
+static int apply(struct sl_service *svc, const char *sandbox_id, uid_t uid,
+                 const struct svc_egress *e, struct sl_error *err);
+
+/* A running sandbox's rules brought to what the store says now (a no-op
+ * when unchanged); a failure is logged by apply. */
+static void refresh(struct sl_service *svc, const char *sandbox_id, uid_t uid)
+{
+    struct svc_egress e;
+    struct sl_error err = {0};
+    if (svc_egress_load(svc, sandbox_id, &e, &err) < 0)
+        return;
+    live_egress_put(svc, sandbox_id, &e);
+    (void)apply(svc, sandbox_id, uid, &e, &err);
+    svc_egress_free(&e);
+}
+
 void svc_egress_forget(struct sl_service *svc, const char *sandbox_id)
 {
     if (!svc->store->egress_policies)
@@ -193,7 +254,7 @@ void svc_egress_forget(struct sl_service *svc, const char *sandbox_id)
     char key[SL_EGRESS_DOMAIN_MAX + 16];
     snprintf(key, sizeof(key), "sandbox:%s", sandbox_id);
     struct sl_error err = {0};
-    if (svc->store->ops->egress_delete(svc->store, key, &err) < 0)
+    if (store_policy(svc, key, NULL, NULL, &err) < 0)
         sl_warn("sandbox %s: its egress policy stays stored: %s", sandbox_id,
                 sl_error_text(&err));
 }
@@ -295,15 +356,7 @@ json_t *sl_svc_network_set(struct sl_service *svc, const char *sandbox_id, int64
         return NULL;
     char key[SL_EGRESS_DOMAIN_MAX + 16];
     snprintf(key, sizeof(key), "sandbox:%s", sandbox_id);
-    int rc;
-    if (policy) {
-        _cleanup_json_ json_t *doc = sl_egress_to_json(policy);
-        _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-        rc = svc->store->ops->egress_put(svc->store, key, text, actor, sl_now_us(), err);
-    } else {
-        rc = svc->store->ops->egress_delete(svc->store, key, err) < 0 ? -1 : 0;
-    }
-    if (rc < 0)
+    if (store_policy(svc, key, policy, actor, err) < 0)
         return NULL;
     struct svc_egress e;
     if (svc_egress_load(svc, sandbox_id, &e, err) < 0)
@@ -344,31 +397,13 @@ json_t *sl_svc_tenant_egress_get(struct sl_service *svc, const char *tenant_id,
 /* Each of the tenant's sandboxes running here gets its new rules now. */
 static void apply_tenant(struct sl_service *svc, const char *tenant_id)
 {
-    size_t prefix = strlen(tenant_id);
-    pthread_mutex_lock(&svc->live_lock);
-    char **ids = calloc(svc->live_n + 1, sizeof(*ids));
-    uid_t *uids = calloc(svc->live_n + 1, sizeof(*uids));
-    size_t n = 0;
-    for (size_t i = 0; ids && uids && i < svc->live_n; i++) {
-        const char *id = svc->live[i].sandbox_id;
-        if (strncmp(id, tenant_id, prefix) == 0 && id[prefix] == SL_TENANT_SEP &&
-            (ids[n] = strdup(id))) {
-            uids[n++] = svc->live[i].uid;
-        }
-    }
-    pthread_mutex_unlock(&svc->live_lock);
-    for (size_t i = 0; i < n; i++) {
-        struct svc_egress e;
-        struct sl_error err = {0};
-        if (svc_egress_load(svc, ids[i], &e, &err) == 0) {
-            live_egress_put(svc, ids[i], &e);
-            (void)apply(svc, ids[i], uids[i], &e, &err);
-            svc_egress_free(&e);
-        }
-        free(ids[i]);
-    }
-    free(ids);
-    free(uids);
+    char prefix[SL_TENANT_ID_MAX + 2];
+    snprintf(prefix, sizeof(prefix), "%s%c", tenant_id, SL_TENANT_SEP);
+    struct live_list l;
+    live_collect(svc, prefix, &l);
+    for (size_t i = 0; i < l.n; i++)
+        refresh(svc, l.ids[i], l.uids[i]);
+    live_free(&l);
 }
 
 json_t *sl_svc_tenant_egress_set(struct sl_service *svc, const char *tenant_id,
@@ -379,15 +414,7 @@ json_t *sl_svc_tenant_egress_set(struct sl_service *svc, const char *tenant_id,
         return NULL;
     char key[SL_TENANT_ID_MAX + 16];
     snprintf(key, sizeof(key), "tenant:%s", tenant_id);
-    int rc;
-    if (policy) {
-        _cleanup_json_ json_t *doc = sl_egress_to_json(policy);
-        _cleanup_free_ char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
-        rc = svc->store->ops->egress_put(svc->store, key, text, actor, sl_now_us(), err);
-    } else {
-        rc = svc->store->ops->egress_delete(svc->store, key, err) < 0 ? -1 : 0;
-    }
-    if (rc < 0)
+    if (store_policy(svc, key, policy, actor, err) < 0)
         return NULL;
     apply_tenant(svc, tenant_id);
     return tenant_egress_view(tenant_id, policy);
@@ -433,30 +460,16 @@ void svc_egress_cycle(struct sl_service *svc)
         sl_errorlog("%s", sl_error_text(&cerr));
     if (!svc->privnet || !svc->store->egress_policies)
         return;
-    pthread_mutex_lock(&svc->live_lock);
-    char **ids = calloc(svc->live_n + 1, sizeof(*ids));
-    uid_t *uids = calloc(svc->live_n + 1, sizeof(*uids));
-    size_t n = 0;
-    for (size_t i = 0; ids && uids && i < svc->live_n; i++)
-        if (!svc->live[i].destroying && (ids[n] = strdup(svc->live[i].sandbox_id)))
-            uids[n++] = svc->live[i].uid;
-    pthread_mutex_unlock(&svc->live_lock);
-    for (size_t i = 0; i < n; i++) {
-        struct sl_privnet_status st;
-        struct svc_egress e;
-        struct sl_error err = {0};
+    struct live_list l;
+    live_collect(svc, "", &l);
+    for (size_t i = 0; i < l.n; i++) {
         /* Only a sandbox with a network now; the others read their rules
          * when their next session starts. */
-        if (sl_privnet_status(svc->privnet, uids[i], &st) && st.attached &&
-            svc_egress_load(svc, ids[i], &e, &err) == 0) {
-            live_egress_put(svc, ids[i], &e);
-            (void)apply(svc, ids[i], uids[i], &e, &err); /* a no-op when unchanged */
-            svc_egress_free(&e);
-        }
+        struct sl_privnet_status st;
+        if (sl_privnet_status(svc->privnet, l.uids[i], &st) && st.attached)
+            refresh(svc, l.ids[i], l.uids[i]);
         if (st.denied_packets || st.refused_names)
-            svc_egress_log_denied(svc, ids[i], &st);
-        free(ids[i]);
+            svc_egress_log_denied(svc, l.ids[i], &st);
     }
-    free(ids);
-    free(uids);
+    live_free(&l);
 }

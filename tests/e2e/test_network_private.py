@@ -515,3 +515,28 @@ def test_nothing_reaches_into_a_sandbox_but_the_hosts_root(pclient, inet):
     far = subprocess.run(["ip", "netns", "exec", inet.ns, "/usr/bin/python3", "-c", dial, addr],
                          capture_output=True, text=True)
     assert far.stdout.startswith("blocked"), far
+
+
+def test_a_tenants_policy_reaches_its_running_sandboxes_and_bounds_their_own(pclient, inet):
+    tid = "net-" + unique_id("t")[-8:]
+    assert pclient.post("/api/v1/admin/tenants", json={"tenant_id": tid}).status == 201
+    key = pclient.post(f"/api/v1/admin/tenants/{tid}/keys", json={"name": "k"}).body["api_key"]
+    from sandloom_client import Client
+    tenant = Client("127.0.0.1", pclient.port, key)
+    sb = make(tenant)
+    assert ok(probe(sb, [tcp("denied.test")])) == [True]  # the worker's default: allow
+    # The operator's policy for the tenant reaches its running sandbox at once.
+    r = pclient.put(f"/api/v1/admin/tenants/{tid}/egress",
+                    json={"egress": {"default": "deny", "allow": ["allowed.test"]}})
+    assert r.status == 200 and r.body["egress"]["default"] == "deny", r
+    assert ok(probe(sb, [tcp("allowed.test"), tcp("denied.test")])) == [True, False]
+    assert network(sb)["egress_source"] == "tenant"
+    # The tenant opening its own sandbox stays within the tenant's policy.
+    r = set_egress(sb, {"default": "allow"})
+    assert r.status == 200 and r.body["tenant_bound"]["default"] == "deny", r
+    assert ok(probe(sb, [tcp("allowed.test"), tcp("denied.test")])) == [True, False]
+    # A tenant key cannot reach the operator's route.
+    assert_error(tenant.put(f"/api/v1/admin/tenants/{tid}/egress", json={"egress": None}),
+                 403, "TENANT_FORBIDDEN")
+    r = pclient.put(f"/api/v1/admin/tenants/{tid}/egress", json={"egress": None})
+    assert r.status == 200 and r.body["egress"] is None

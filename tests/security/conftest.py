@@ -47,29 +47,31 @@ sandloomd_binary = e2e.sandloomd_binary
 client = e2e.client
 
 
+def running_daemon(binary, env):
+    """A healthy daemon with env for the fixture's life (a generator)."""
+    d = e2e.Daemon(binary, env).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
 @pytest.fixture(scope="module")
 def daemon(sandloomd_binary):
     """The attacks from inside a sandbox need the API reachable from there:
     the host network mode (the reference's default, still selectable). The
     private mode (our default) closes that path altogether:
     test_escape_network.py and tests/e2e/test_network_private.py."""
-    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "host"}).spawn()
-    try:
-        d.wait_healthy()
-        yield d
-    finally:
-        d.cleanup()
+    yield from running_daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "host"})
 
 
 @pytest.fixture(scope="module")
 def private_daemon(sandloomd_binary):
     """The default network mode: a private network per sandbox."""
-    d = e2e.Daemon(sandloomd_binary).spawn()
-    try:
-        d.wait_healthy()
-        yield d
-    finally:
-        d.cleanup()
+    yield from running_daemon(sandloomd_binary, None)
+
+
 daemon_factory = e2e.daemon_factory
 new_sandbox = e2e.new_sandbox
 ready_sandbox = e2e.ready_sandbox
@@ -94,24 +96,8 @@ def _host_can_run_the_suite():
 
 
 @pytest.fixture(scope="module")
-def host_daemon(sandloomd_binary):
-    """The reference's default network mode, kept selectable."""
-    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "host"}).spawn()
-    try:
-        d.wait_healthy()
-        yield d
-    finally:
-        d.cleanup()
-
-
-@pytest.fixture(scope="module")
 def isolated_daemon(sandloomd_binary):
-    d = e2e.Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "isolated"}).spawn()
-    try:
-        d.wait_healthy()
-        yield d
-    finally:
-        d.cleanup()
+    yield from running_daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "isolated"})
 
 
 @pytest.fixture

@@ -84,7 +84,7 @@ class Listener:
 
 # ---------------------------------------------------------------------------
 # 12
-def test_isolated_network_cannot_reach_host_loopback(private_daemon, isolated_daemon, host_daemon,
+def test_isolated_network_cannot_reach_host_loopback(private_daemon, isolated_daemon, daemon,
                                                     make_sandbox):
     """Attempt: the test opens a TCP listener on 127.0.0.1:<free port> and an
     abstract unix socket on the host; a sandbox of a daemon started with
@@ -111,8 +111,8 @@ def test_isolated_network_cannot_reach_host_loopback(private_daemon, isolated_da
         time.sleep(0.5)
         closed_received, closed_unix = list(lst.received), lst.unix_accepts
 
-        host = make_sandbox(host_daemon, "net-host")
-        R_host, body_h = probe(host, PROBE, {"port": lst.port, "dport": host_daemon.port,
+        host = make_sandbox(daemon, "net-host")  # the suite's daemon: host mode
+        R_host, body_h = probe(host, PROBE, {"port": lst.port, "dport": daemon.port,
                                              "abstract": lst.abstract_name, "hello": hello + "-host"})
         for _ in range(20):
             if any(hello.encode() + b"-host" in r for r in lst.received):
