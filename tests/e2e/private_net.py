@@ -116,6 +116,16 @@ class TestInternet:
 
     # -- lifecycle ---------------------------------------------------------
     def start(self):
+        """Make the namespace and its servers; on any failure, remove what
+        was made (a half-made test internet would hold its range, and the
+        next attempt would find every range in use)."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self):
         _run("ip", "netns", "del", self.ns, check=False)
         _run("ip", "link", "del", self.host_if, check=False)
         _run("ip", "netns", "add", self.ns)
@@ -149,16 +159,27 @@ class TestInternet:
                           "metadata.test": self.metadata, "private.test": self.private,
                           "a.wild.test": self.allowed, "b.wild.test": self.other})
         dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
-        self.dns = subprocess.Popen(
-            [dnsmasq, "--no-daemon", "--port", str(self.dns_port), "--listen-address=127.0.0.1",
-             "--bind-interfaces", "--no-resolv", "--no-hosts", "--addn-hosts", self.hosts,
-             "--local-ttl=1", "--pid-file=", "--log-facility=-"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # --user=root: dnsmasq stays the user that can read the test's own
+        # (0700) directory, and needs no "dnsmasq" account on the host.
+        # Its log is kept, so a start that fails says why.
+        self.dns_log = os.path.join(self.dir, "dnsmasq.log")
+        with open(self.dns_log, "w") as log:
+            self.dns = subprocess.Popen(
+                [dnsmasq, "--no-daemon", "--user=root", "--port", str(self.dns_port),
+                 "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
+                 "--addn-hosts", self.hosts, "--local-ttl=1", "--pid-file=", "--log-facility=-"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(self.dns)
         deadline = time.time() + 10
-        while time.time() < deadline and self.lookup("allowed.test") != self.allowed:
+        while (time.time() < deadline and self.dns.poll() is None
+               and self.lookup("allowed.test") != self.allowed):
             time.sleep(0.05)
-        assert self.lookup("allowed.test") == self.allowed, "dnsmasq did not start"
+        answer = dns_query(("127.0.0.1", self.dns_port), "allowed.test")
+        with open(self.dns_log) as f:
+            said = f.read()[-2000:]
+        assert answer[1] == self.allowed, (
+            f"dnsmasq on port {self.dns_port} did not answer allowed.test "
+            f"(exit {self.dns.poll()}, answer {answer}): {said}")
         # The host itself reaches every destination (so a failure from a
         # sandbox is the sandbox's network, not the test's).
         for a in (self.allowed, self.private, self.metadata):
