@@ -82,6 +82,9 @@ static const struct code_status TABLE[] = {
      "the sandbox already runs as many commands as SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX "
      "allows: wait for one to end"},
     {SL_E_LIST_BUSY, 429, "the sandbox already runs two directory listings: retry when one ends"},
+    {SL_E_STREAM_LIMIT, 429,
+     "too many output streams are open (SANDBOX_MAX_STREAMS_PER_SANDBOX, SANDBOX_MAX_STREAMS): "
+     "close one"},
     {SL_E_INTERNAL, 500, "internal error"},
     {SL_E_DISK_FULL, 507, "no space left on the sandbox's disk"},
     {"SANDBOX_TEMPLATES_UNSUPPORTED", 501, "templates are not supported by this metadata store"},

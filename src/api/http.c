@@ -14,6 +14,7 @@
 #include "api/auth_guard.h"
 #include "api/conn_guard.h"
 #include "api/errors.h"
+#include "api/exec_stream.h"
 #include "api/forward.h"
 #include "api/mcp.h"
 #include "api/tenant_view.h"
@@ -145,10 +146,78 @@ static void note_answer(struct conn_state *st, const struct sl_response *resp)
     json_decref(doc);
 }
 
+/* ---- bodies produced while they are sent (router.h's sl_body_source) ---- */
+
+struct body_ctx {
+    struct sl_body_source *src;
+    struct MHD_Connection *conn;
+};
+
+/* The source's promised wake: the connection was suspended (or is about
+ * to be: libmicrohttpd then cancels the suspend) waiting for it. */
+static void body_wake(void *ctx) { MHD_resume_connection(ctx); }
+
+static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct body_ctx *b = cls;
+    ssize_t n = b->src->read(b->src, buf, max);
+    if (n > 0)
+        return n;
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    /* Nothing yet: park the connection, holding no thread, until the
+     * source wakes it (microhttpd.h's pattern for a reader with no data). */
+    MHD_suspend_connection(b->conn);
+    return 0;
+}
+
+static void body_free(void *cls)
+{
+    struct body_ctx *b = cls;
+    b->src->close(b->src);
+    free(b);
+}
+
+/* Bytes of the body produced per read: one event of a command's output. */
+#define BODY_BLOCK (32 * 1024)
+
+static enum MHD_Result queue_source(struct conn_state *st, struct MHD_Connection *conn,
+                                    struct sl_response *resp)
+{
+    (void)st;
+    struct sl_body_source *src = resp->source;
+    resp->source = NULL;
+    struct body_ctx *b = malloc(sizeof(*b));
+    struct MHD_Response *r = NULL;
+    if (b) {
+        *b = (struct body_ctx){.src = src, .conn = conn};
+        src->wake = body_wake;
+        src->wake_ctx = conn;
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, BODY_BLOCK, body_read, b,
+                                              body_free);
+    }
+    if (!r) {
+        free(b);
+        src->close(src);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    /* A proxy in front must pass events on as they come. */
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    enum MHD_Result rc = MHD_queue_response(conn, (unsigned)resp->status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
                              struct sl_response *resp)
 {
     note_answer(st, resp);
+    if (resp->source)
+        return queue_source(st, conn, resp);
     struct MHD_Response *r = MHD_create_response_from_buffer(
         resp->len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE
                                                                     : MHD_RESPMEM_PERSISTENT);
@@ -260,6 +329,8 @@ static void conn_state_free(struct conn_state *st)
     json_decref(st->warnings);
     sl_buf_free(&st->body);
     free(st->resp.body);
+    if (st->resp.source) /* an answer never sent */
+        st->resp.source->close(st->resp.source);
     free(st->pathbuf);
     free(st->path);
     free(st);
@@ -1311,6 +1382,10 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
          * 200 KB here with a 256 KiB buffer (http.h). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SL_HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     freeaddrinfo(ai);
+    if (http->daemon && sl_exec_streams_start(cfg, err) < 0) {
+        sl_http_stop(http);
+        return NULL;
+    }
     if (!http->daemon) {
         sl_error_set(err, SL_E_CONFIG, 0, "cannot listen on %s:%d (in use or not permitted)",
                      cfg->host, cfg->port);
@@ -1341,6 +1416,10 @@ void sl_http_stop(struct sl_http *http)
     sl_pool_free(http->key_checks);
     sl_pool_free(http->handlers);
     sl_pool_free(http->forwards);
+    /* Its keepalives resume suspended connections: not once MHD frees them.
+     * Every other stream's wake came with its command's end (the service
+     * finished them all before this). */
+    sl_exec_streams_stop();
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
     sl_conn_guard_free(http->conn_guard);

@@ -584,6 +584,7 @@ static json_t *t_exec(const struct caller *c, const json_t *args, struct sl_erro
     /* The REST route's own validation; the MCP tool has no sensitive_env. */
     __attribute__((cleanup(sl_api_exec_clear))) struct sl_api_exec p = {0};
     bool ok = sl_api_exec_parse(args, false, &v, &p) && sl_v_ok(&v);
+    p.req.stream = false; /* MCP answers in one response: no event stream */
     json_t *out = NULL;
     if (!ok) {
         fail_invalid(err, &v);

@@ -35,9 +35,14 @@ static json_t *ref(const char *schema)
     return json_pack("{s:{s:{s:{s:s}}}}", "content", "application/json", "schema", "$ref", buf);
 }
 
-static json_t *parameter(const char *name, const char *in, bool required, const char *type)
+/* A parameter's description: the operation's own for that name when it
+ * has one (an `offset` that is not a page's), else the shared one. */
+static json_t *parameter(const json_t *info, const char *name, const char *in, bool required,
+                         const char *type)
 {
-    const char *desc = json_string_value(json_object_get(prose_get("parameters"), name));
+    const char *desc = json_string_value(json_object_get(json_object_get(info, "parameters"), name));
+    if (!desc)
+        desc = json_string_value(json_object_get(prose_get("parameters"), name));
     json_t *p = json_pack("{s:s,s:s,s:b,s:{s:s}}", "name", name, "in", in, "required", required,
                           "schema", "type", type);
     if (desc)
@@ -103,11 +108,11 @@ static json_t *operation(const struct sl_route_def *r)
             break;
         char name[64];
         snprintf(name, sizeof(name), "%.*s", (int)(end - p - 1), p + 1);
-        json_array_append_new(params, parameter(name, "path", true, "string"));
+        json_array_append_new(params, parameter(info, name, "path", true, "string"));
         p = end;
     }
     for (const struct sl_query_param *q = r->query; q && q->name; q++)
-        json_array_append_new(params, parameter(q->name, "query", q->required, q->type));
+        json_array_append_new(params, parameter(info, q->name, "query", q->required, q->type));
     if (json_array_size(params))
         json_object_set_new(op, "parameters", params);
     else
@@ -122,6 +127,12 @@ static json_t *operation(const struct sl_route_def *r)
         json_object_set_new(op, "requestBody", body);
     }
     json_t *ok = r->response_schema ? ref(r->response_schema) : json_object();
+    /* An event stream (text/event-stream) its operation describes. */
+    const char *events = json_string_value(json_object_get(info, "eventStream"));
+    if (events && !r->response_schema)
+        json_object_set_new(ok, "content",
+                            json_pack("{s:{s:{s:s,s:s}}}", "text/event-stream", "schema", "type",
+                                      "string", "description", events));
     json_object_set_new(ok, "description", json_string(r->created ? "Created" : "OK"));
     json_t *example = json_object_get(info, "responseExample");
     if (example && r->response_schema)

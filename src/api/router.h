@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "service/principal.h"
 #include <stddef.h>
+#include <sys/types.h>
 
 #define SL_ROUTE_MAX_PARAMS 4
 
@@ -37,6 +38,19 @@ struct sl_request {
     bool internal;
 };
 
+/* A body produced while it is sent (an event stream). api/http.c reads it
+ * when the connection can take more and closes it when the connection is
+ * done with it (the end, or the client gone). */
+struct sl_body_source {
+    /* >0: bytes written to buf; 0: nothing now, and the source will call
+     * wake(wake_ctx) exactly once when there is; -1: the body is complete. */
+    ssize_t (*read)(struct sl_body_source *src, char *buf, size_t max);
+    void (*close)(struct sl_body_source *src);
+    /* Set by api/http.c before the first read. */
+    void (*wake)(void *ctx);
+    void *wake_ctx;
+};
+
 struct sl_response {
     int status;
     const char *content_type; /* static string */
@@ -54,6 +68,8 @@ struct sl_response {
      * is what is sent should it not be forwarded. */
     bool forward;
     struct sl_error_owner owner;
+    /* The body comes from here instead of `body` (status 200). */
+    struct sl_body_source *source;
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);

@@ -8,6 +8,7 @@
 #include "api/errors.h"
 #include "api/forward.h"
 #include "api/exec_request.h"
+#include "api/exec_stream.h"
 #include "api/mcp.h"
 #include "api/pages.h"
 #include "api/router.h"
@@ -501,6 +502,10 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
                    &sens_n);
     sl_v_int_nullable(v, b, "timeout_seconds", 1, 86400, &timeout, &timeout_null);
     sl_v_bool(v, b, "background", false, &background);
+    /* Ours: how the answer comes, not what runs: not stored, so a replay
+     * asked as a stream is still the same command. */
+    bool stream = false;
+    sl_v_bool(v, b, "stream", false, &stream);
     const char *scope = NULL;
     json_t *scope_json = json_object_get(b, "exec_scope");
     if (scope_json && !json_is_null(scope_json))
@@ -531,6 +536,7 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
         .sensitive_len = sens_n,
         .timeout_seconds = timeout_null ? 0 : timeout,
         .background = background,
+        .stream = stream,
         .exec_scope = scope,
         .request = out->stored,
     };
@@ -546,6 +552,26 @@ void sl_api_exec_clear(struct sl_api_exec *p)
     free(p->sensitive_values);
     json_decref(p->stored);
     memset(p, 0, sizeof(*p));
+}
+
+/* A command's output as an event stream (api/exec_stream.h) from off[]. */
+static void respond_stream(struct sl_request *req, struct sl_response *resp,
+                           const char *exec_id, int64_t generation, const uint64_t off[2])
+{
+    struct sl_error err = {0};
+    struct sl_outlog *log = NULL;
+    if (sl_svc_exec_attach(req->svc, req->params[0], exec_id, generation, &log, &err) < 0) {
+        respond_result(resp, NULL, &err);
+        return;
+    }
+    struct sl_body_source *src = sl_exec_stream_open(req->params[0], log, off, &err);
+    if (!src) {
+        respond_result(resp, NULL, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "text/event-stream";
+    resp->source = src;
 }
 
 static void h_exec(struct sl_request *req, struct sl_response *resp)
@@ -567,7 +593,8 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
         return;
     /* Deferred before the call: a synchronous command may end (and its
      * answer be sent) before sl_svc_exec returns. */
-    struct sl_deferred *d = p.req.background ? NULL : sl_request_defer(req);
+    bool detached = p.req.background || p.req.stream;
+    struct sl_deferred *d = detached ? NULL : sl_request_defer(req);
     struct sl_error err = {0};
     json_t *doc = NULL;
     int rc = sl_svc_exec(req->svc, req->params[0], &p.req, d ? exec_answered : NULL, d, &doc,
@@ -575,6 +602,12 @@ static void h_exec(struct sl_request *req, struct sl_response *resp)
     sl_svc_quota_leave(req->svc, held);
     if (rc == 1)
         return; /* exec_answered answers */
+    if (p.req.stream && rc == 0) {
+        /* Admitted (or a replay): its output from the start. */
+        json_decref(doc);
+        respond_stream(req, resp, p.req.exec_id, p.req.generation, (uint64_t[2]){0, 0});
+        return;
+    }
     if (!d) {
         respond_result(resp, doc, &err);
         return;
@@ -588,15 +621,44 @@ static void h_exec_get(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
     sl_v_init(&v);
-    int64_t generation = 0;
+    int64_t generation = 0, off[2] = {0, 0};
     sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    /* Ours: with an offset, only what is new from it (live while the
+     * command runs); without, the stored record as in the reference. */
+    const char *so = query(req, "stdout_offset"), *se = query(req, "stderr_offset");
+    sl_v_query_int(&v, so, "stdout_offset", false, 0, INT64_MAX, 0, &off[0]);
+    sl_v_query_int(&v, se, "stderr_offset", false, 0, INT64_MAX, 0, &off[1]);
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_exec_get(req->svc, req->params[0], req->params[1], generation, &err);
+        json_t *doc = so || se ? sl_svc_exec_get_from(req->svc, req->params[0], req->params[1],
+                                                      generation, off, &err)
+                               : sl_svc_exec_get(req->svc, req->params[0], req->params[1],
+                                                 generation, &err);
         respond_result(resp, doc, &err);
     }
+    sl_v_free(&v);
+}
+
+/* Ours: GET …/exec/{exec_id}/stream — a running or finished command's
+ * output as events, from Last-Event-ID (a reconnect) or ?offset=. */
+static void h_exec_stream(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    uint64_t off[2] = {0, 0};
+    const char *last = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    const char *from = last && *last ? last : query(req, "offset");
+    if (from && sl_exec_stream_parse_offset(from, off) < 0)
+        sl_v_fail(&v, last && *last ? "Last-Event-ID" : "offset",
+                  "must be <stdout offset>:<stderr offset> (an event id) or one offset");
+    if (!sl_v_ok(&v))
+        respond_invalid(resp, &v);
+    else
+        respond_stream(req, resp, req->params[1], generation, off);
     sl_v_free(&v);
 }
 
@@ -1225,6 +1287,12 @@ static void h_file_move(struct sl_request *req, struct sl_response *resp)
 
 static const struct sl_query_param Q_GENERATION[] = {{"generation", "integer", true},
                                                      {NULL, NULL, false}};
+static const struct sl_query_param Q_POLL[] = {{"generation", "integer", true},
+                                               {"stdout_offset", "integer", false},
+                                               {"stderr_offset", "integer", false},
+                                               {NULL, NULL, false}};
+static const struct sl_query_param Q_STREAM[] = {
+    {"generation", "integer", true}, {"offset", "string", false}, {NULL, NULL, false}};
 static const struct sl_query_param Q_ADMIN_SANDBOXES[] = {{"status", "string", false},
                                                           {"workspace_scope_id", "string", false},
                                                           {"worker_id", "string", false},
@@ -1296,7 +1364,10 @@ const struct sl_route_def sl_routes[] = {
     {"POST", SBX "/exec", h_exec, true, true, "execCommand", "Run a command", "ExecRequest",
      "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, true, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
-     "Poll an execution", NULL, "ExecResponse", Q_GENERATION, 0, false, false, true, false},
+     "Poll an execution", NULL, "ExecResponse", Q_POLL, 0, false, false, true, false},
+    {"GET", SBX "/exec/{exec_id}/stream", h_exec_stream, true, false, "streamExecution",
+     "Follow an execution's output as events", NULL, NULL, Q_STREAM, 0, false, false, true,
+     false},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, true, false},
     {"GET", "/api/v1/templates", h_templates_list, true, false, "listTemplates",

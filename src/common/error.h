@@ -60,6 +60,7 @@
 #define SL_E_EGRESS_POLICY_INVALID "EGRESS_POLICY_INVALID"       /* 422, ours */
 #define SL_E_EGRESS_UNSUPPORTED "EGRESS_POLICY_UNSUPPORTED"     /* 409, ours: not private mode */
 #define SL_E_EGRESS_NOT_INSTALLED "EGRESS_POLICY_NOT_INSTALLED" /* 503, ours: cut off */
+#define SL_E_STREAM_LIMIT "SANDBOX_STREAM_LIMIT" /* 429, ours: open streams per sandbox/worker */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
 struct sl_error_owner {

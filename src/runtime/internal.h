@@ -94,6 +94,7 @@ struct sl_rt_exec {
     int status_fd;
     int32_t wstatus;
     int net_slot; /* one-shot, private network mode: detached when it ends; -1 none */
+    struct sl_rt_output output; /* the caller's sink, or write NULL: res.out/err */
     /* state */
     bool exited, got_status;
     int phase;

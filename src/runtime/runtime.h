@@ -107,6 +107,15 @@ struct sl_rt_exec_request {
     struct sl_rt_egress {
         const struct sl_egress_policy *policy, *bound;
     } egress;
+    /* Where the output goes as it is read, when write is set: every byte,
+     * on the supervisor thread (write must not block), and the result's
+     * out/err stay empty (what is kept, and `truncated` for what is not,
+     * is then the sink's to say). Unset: the first max_output_bytes of
+     * each stream are kept in the result. */
+    struct sl_rt_output {
+        void (*write)(void *ctx, int stream, const char *data, size_t len); /* 0 out, 1 err */
+        void *ctx;
+    } output;
 };
 
 struct sl_rt_exec_result {

@@ -258,7 +258,7 @@ static void on_drain(struct sl_runtime *rt, struct rt_drain *d)
 }
 
 /* Defined with the event handlers below. */
-static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, struct sl_buf *buf);
+static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, int stream);
 
 static void finish(struct sl_rt_exec *x)
 {
@@ -277,9 +277,9 @@ static void finish(struct sl_rt_exec *x)
          * may not have read yet) goes into the answer first. */
         /* One drain empties a default pipe (CHUNKS_PER_EVENT x 64 KiB). */
         if (x->out_fd >= 0)
-            drain(rt, x, &x->out_fd, &x->res.out);
+            drain(rt, x, &x->out_fd, 0);
         if (x->err_fd >= 0)
-            drain(rt, x, &x->err_fd, &x->res.err);
+            drain(rt, x, &x->err_fd, 1);
         drain_adopt(rt, x->uid, &x->out_fd);
         drain_adopt(rt, x->uid, &x->err_fd);
     } else if ((x->out_fd >= 0 || x->err_fd >= 0) && x->exited) {
@@ -430,10 +430,19 @@ static void maybe_linger(struct sl_rt_exec *x)
     arm_timer(x, sl_mono_us() + LINGER_MS * 1000);
 }
 
-static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, struct sl_buf *buf)
+/* Read what a command's pipe holds (stream 0 stdout, 1 stderr) into its
+ * result, or hand it to the caller's sink. */
+static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, int stream)
 {
+    struct sl_buf *buf = stream ? &x->res.err : &x->res.out;
     for (int i = 0; i < CHUNKS_PER_EVENT; i++) {
         ssize_t n = read(*fd, rt->sup.chunk, READ_CHUNK);
+        if (n > 0 && x->output.write) {
+            x->output.write(x->output.ctx, stream, rt->sup.chunk, (size_t)n);
+            if ((size_t)n < READ_CHUNK)
+                return;
+            continue;
+        }
         if (n > 0) {
             size_t room = buf->max - buf->len;
             size_t keep = (size_t)n < room ? (size_t)n : room;
@@ -512,11 +521,11 @@ static void *supervisor_main(void *arg)
             switch (t->which) {
             case TAG_OUT:
                 if (x->out_fd >= 0)
-                    drain(rt, x, &x->out_fd, &x->res.out);
+                    drain(rt, x, &x->out_fd, 0);
                 break;
             case TAG_ERR:
                 if (x->err_fd >= 0)
-                    drain(rt, x, &x->err_fd, &x->res.err);
+                    drain(rt, x, &x->err_fd, 1);
                 break;
             case TAG_ENDED:
                 if (!x->exited) {
@@ -628,6 +637,7 @@ struct sl_rt_exec *rt_exec_new(struct sl_runtime *rt, const struct sl_rt_exec_re
     x->proc.pidfd = x->proc.out_fd = x->proc.err_fd = -1;
     x->net_slot = -1;
     x->uid = req->uid;
+    x->output = req->output;
     x->done = done;
     x->ctx = ctx;
     int64_t grace = req->grace_ms > MIN_GRACE_MS ? req->grace_ms : MIN_GRACE_MS;

@@ -23,6 +23,7 @@
 #include "runtime/env.h"
 #include "runtime/pyvenv.h"
 #include "service/internal.h"
+#include "service/outlog.h"
 #include "workspace/files.h"
 
 static json_t *exec_view(const struct sl_exec_record *e, bool with_duration, int64_t duration_ms)
@@ -128,6 +129,10 @@ struct svc_exec {
     int global_fd, scope_fd;   /* the §4.4 locks, held for the run */
     struct sl_rt_exec *rt;     /* for cancel; set under execs_lock */
     struct sl_rt_exec_result res;
+    /* Its output as it comes, for readers and the record (outlog.h);
+     * finished, with the final answer, once the record is written. */
+    struct sl_outlog *log;
+    bool ran;                  /* launched: the record's output is the log's */
     atomic_bool cancelled;     /* the client asked (API.md §3.11) */
     sl_exec_wait_fn wait;      /* NULL for background runs */
     void *wait_ctx;
@@ -144,6 +149,7 @@ static void svc_exec_put(struct svc_exec *x)
         close(x->scope_fd);
     sl_rt_exec_put(x->rt);
     sl_rt_exec_result_free(&x->res);
+    sl_outlog_put(x->log);
     free(x->rec.stdout_text);
     free(x->rec.stderr_text);
     free(x->sandbox_id);
@@ -168,6 +174,90 @@ static int table_add(struct sl_service *svc, struct svc_exec *x)
     return stopping ? -1 : 0;
 }
 
+/* An ended command's log, kept for readers that reconnect after its end:
+ * from it they go on byte for byte (the record holds text made valid
+ * UTF-8, whose offsets differ past a byte that was not). The newest
+ * RECENT_MAX of the worker, RECENT_BYTES together, RECENT_US each. */
+#define RECENT_MAX 256
+#define RECENT_BYTES ((size_t)64 << 20)
+#define RECENT_US (600 * 1000000LL)
+
+struct svc_recent {
+    char *sandbox_id, *exec_id;
+    struct sl_outlog *log;
+    size_t bytes;
+    int64_t ended_us;
+    struct svc_recent *next; /* newest first */
+};
+
+static void recent_free(struct svc_recent *r)
+{
+    sl_outlog_put(r->log);
+    free(r->sandbox_id);
+    free(r->exec_id);
+    free(r);
+}
+
+/* Under execs_lock: drop what is past the bounds (oldest first). */
+static void recent_trim(struct sl_service *svc)
+{
+    int64_t now = sl_mono_us();
+    size_t n = 0, bytes = 0;
+    for (struct svc_recent **p = &svc->recent; *p;) {
+        struct svc_recent *r = *p;
+        if (n >= RECENT_MAX || bytes + r->bytes > RECENT_BYTES || now - r->ended_us > RECENT_US) {
+            *p = r->next;
+            recent_free(r);
+            continue;
+        }
+        n++;
+        bytes += r->bytes;
+        p = &r->next;
+    }
+    svc->recent_n = n;
+    svc->recent_bytes = bytes;
+}
+
+/* Under execs_lock. Out of memory: not kept (the record serves). */
+static void recent_add(struct sl_service *svc, struct svc_exec *x)
+{
+    struct svc_recent *r = calloc(1, sizeof(*r));
+    if (!r)
+        return;
+    r->sandbox_id = strdup(x->sandbox_id);
+    r->exec_id = strdup(x->exec_id);
+    if (!r->sandbox_id || !r->exec_id) {
+        free(r->sandbox_id);
+        free(r->exec_id);
+        free(r);
+        return;
+    }
+    r->log = sl_outlog_ref(x->log);
+    r->bytes = sl_outlog_kept_bytes(x->log);
+    r->ended_us = sl_mono_us();
+    r->next = svc->recent;
+    svc->recent = r;
+    recent_trim(svc);
+}
+
+void svc_execs_forget(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_recent **p = &svc->recent; *p;) {
+        struct svc_recent *r = *p;
+        if (strcmp(r->sandbox_id, sandbox_id) == 0) {
+            *p = r->next;
+            recent_free(r);
+        } else {
+            p = &r->next;
+        }
+    }
+    recent_trim(svc);
+    pthread_mutex_unlock(&svc->execs_lock);
+}
+
+/* Out of the table and, its record written and its log finished, into
+ * the recent ones, in one step: a reader finds it in one or the other. */
 static void table_remove(struct sl_service *svc, struct svc_exec *x)
 {
     pthread_mutex_lock(&svc->execs_lock);
@@ -175,6 +265,8 @@ static void table_remove(struct sl_service *svc, struct svc_exec *x)
         if (*p == x) {
             *p = x->next;
             svc->execs_n--;
+            if (sl_outlog_end(x->log))
+                recent_add(svc, x);
             break;
         }
     pthread_cond_broadcast(&svc->execs_cond);
@@ -214,6 +306,37 @@ static void cap_stored_output(struct sl_service *svc, const struct sl_exec_recor
     svc_live_output_add(svc, rec->sandbox_id, -freed);
 }
 
+/* The final event of a command's readers: its answer without the output
+ * (they have it), with how many bytes each stream produced. */
+static json_t *end_event(const struct sl_exec_record *rec, bool with_duration,
+                         int64_t duration_ms, const uint64_t totals[2])
+{
+    json_t *end = exec_view(rec, with_duration, duration_ms);
+    if (!end)
+        return NULL;
+    json_object_del(end, "stdout");
+    json_object_del(end, "stderr");
+    json_object_set_new(end, "stdout_bytes", json_integer((json_int_t)totals[0]));
+    json_object_set_new(end, "stderr_bytes", json_integer((json_int_t)totals[1]));
+    return end;
+}
+
+/* The record is written: readers get the end. A command that never ran
+ * (refused at launch) says why in its record's stderr, and its readers
+ * get that too. */
+static void finish_log(struct svc_exec *x, int64_t duration_ms)
+{
+    if (!x->ran) {
+        if (x->rec.stdout_text)
+            sl_outlog_append(x->log, SL_OUT_STDOUT, x->rec.stdout_text, x->rec.stdout_len);
+        if (x->rec.stderr_text)
+            sl_outlog_append(x->log, SL_OUT_STDERR, x->rec.stderr_text, x->rec.stderr_len);
+    }
+    uint64_t totals[2];
+    sl_outlog_totals(x->log, totals);
+    sl_outlog_finish(x->log, end_event(&x->rec, true, duration_ms, totals));
+}
+
 /* Persist the finished record, free the slot, answer the waiter. Runs on
  * the completion pool (or inline when the command never started). */
 static void complete(struct svc_exec *x, int64_t duration_ms)
@@ -249,6 +372,7 @@ static void complete(struct svc_exec *x, int64_t duration_ms)
         close(x->scope_fd);
     x->global_fd = x->scope_fd = -1;
     svc_live_touch(svc, x->sandbox_id);
+    finish_log(x, duration_ms);
     json_t *view = x->wait ? exec_view(rec, true, duration_ms) : NULL;
     add_idle_times(svc, view);
     sl_exec_wait_fn wait = x->wait;
@@ -267,11 +391,14 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
     bool shutdown = atomic_load(&svc->shutting_down);
     rec->has_exit_code = true;
     rec->exit_code = res->exit_code;
-    rec->truncated = res->truncated;
-    rec->stdout_text =
-        sl_utf8_repair(res->out.data ? res->out.data : "", res->out.len, &rec->stdout_len);
-    rec->stderr_text =
-        sl_utf8_repair(res->err.data ? res->err.data : "", res->err.len, &rec->stderr_len);
+    /* The record keeps what the log's head kept: the first
+     * SANDBOX_MAX_OUTPUT_BYTES of each stream. */
+    rec->truncated = res->truncated || sl_outlog_overflowed(x->log);
+    size_t out_len, err_len;
+    const char *out = sl_outlog_head(x->log, SL_OUT_STDOUT, &out_len);
+    const char *errs = sl_outlog_head(x->log, SL_OUT_STDERR, &err_len);
+    rec->stdout_text = sl_utf8_repair(out, out_len, &rec->stdout_len);
+    rec->stderr_text = sl_utf8_repair(errs, err_len, &rec->stderr_len);
     if (shutdown) {
         /* API.md §4.2: the worker's own task cancelled (shutdown). Unlike
          * the reference (empty output), what the command printed until its
@@ -296,8 +423,15 @@ static void completion_job(void *arg)
 {
     struct svc_exec *x = arg;
     atomic_fetch_sub(&x->svc->running_execs, 1);
+    x->ran = true;
     record_result(x->svc, x);
     complete(x, x->res.duration_ms);
+}
+
+/* The runtime's supervision thread: output as it is read. */
+static void log_output(void *ctx, int stream, const char *data, size_t len)
+{
+    sl_outlog_append(ctx, stream, data, len);
 }
 
 /* The runtime's supervision thread: move the result, hand over. */
@@ -404,6 +538,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         .timeout_ms = timeout_s * 1000,
         .grace_ms = grace_ms < 100 ? 100 : grace_ms,
         .max_output_bytes = (size_t)cfg->max_output_bytes,
+        .output = {.write = log_output, .ctx = x->log},
     };
     /* The attached templates, read-only at /envs/<name> (API.md §6.5). */
     struct sl_rt_mount *mounts = NULL;
@@ -549,8 +684,10 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     x->exec_id = strdup(req->exec_id);
     x->command_json = sl_json_dumps(req->request);
     x->exec_scope = dup_or_null(req->exec_scope);
+    x->log = sl_outlog_new((size_t)svc->cfg->max_output_bytes,
+                           (size_t)svc->cfg->stream_retain_bytes);
     if (!x->sandbox_id || !x->exec_id || !x->command_json ||
-        (req->exec_scope && !x->exec_scope)) {
+        (req->exec_scope && !x->exec_scope) || !x->log) {
         svc_exec_put(x);
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     }
@@ -626,8 +763,11 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     svc_live_touch(svc, sandbox_id);
 
     struct blocking_wait bw = {0};
-    bool blocking = !req->background && !wait;
-    if (!req->background) {
+    /* A streamed command answers at once, as a background one does: its
+     * output follows on the stream (sl_svc_exec_attach). */
+    bool detached = req->background || req->stream;
+    bool blocking = !detached && !wait;
+    if (!detached) {
         if (blocking) {
             pthread_mutex_init(&bw.lock, NULL);
             pthread_cond_init(&bw.cond, NULL);
@@ -640,7 +780,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     /* A background answer is built before launch: once launched, x
      * belongs to the completion. */
     json_t *stub = NULL;
-    if (req->background)
+    if (detached)
         stub = json_pack("{s:s,s:s,s:n,s:s,s:s,s:n,s:b,s:n}", "exec_id", req->exec_id, "status",
                          "RUNNING", "exit_code", "stdout", "", "stderr", "", "duration_ms",
                          "truncated", false, "termination_reason");
@@ -651,7 +791,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
         complete(x, 0); /* a FAILED record; answers a waiter with it */
     }
     svc_exec_put(x);
-    if (req->background) {
+    if (detached) {
         add_idle_times(svc, stub);
         *out = stub;
         return 0;
@@ -684,6 +824,138 @@ json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const ch
     json_t *view = exec_view(&rec, false, 0);
     add_idle_times(svc, view);
     sl_exec_record_clear(&rec);
+    return view;
+}
+
+/* How long an attach waits for a command whose record says RUNNING to
+ * appear in the table: admission writes the record a moment before. */
+#define ATTACH_WAIT_US 1000000
+#define ATTACH_WAIT_STEP_US 5000
+
+/* The running (or lately ended) command's log, a reference, or NULL. */
+static struct sl_outlog *running_log(struct sl_service *svc, const char *sandbox_id,
+                                     const char *exec_id)
+{
+    struct sl_outlog *log = NULL;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x && !log; x = x->next)
+        if (strcmp(x->sandbox_id, sandbox_id) == 0 && strcmp(x->exec_id, exec_id) == 0)
+            log = sl_outlog_ref(x->log);
+    recent_trim(svc);
+    for (struct svc_recent *r = svc->recent; r && !log; r = r->next)
+        if (strcmp(r->sandbox_id, sandbox_id) == 0 && strcmp(r->exec_id, exec_id) == 0)
+            log = sl_outlog_ref(r->log);
+    pthread_mutex_unlock(&svc->execs_lock);
+    return log;
+}
+
+static int attach_log(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                      struct sl_outlog **out, struct sl_error *err)
+{
+    int64_t until = sl_mono_us() + ATTACH_WAIT_US;
+    for (;;) {
+        if ((*out = running_log(svc, sandbox_id, exec_id)))
+            return 0;
+        struct sl_exec_record rec = {0};
+        int found = svc->store->ops->exec_get(svc->store, sandbox_id, exec_id, &rec, err);
+        if (found < 0)
+            return -1;
+        if (found == 0)
+            return sl_error_set(err, SL_E_EXEC_NOT_FOUND, 0, "execution not found");
+        /* RUNNING and not in the table: admitted a moment ago (it is being
+         * launched), or ended a moment ago (its record is being written). */
+        if (strcmp(rec.status, "RUNNING") == 0 && sl_mono_us() < until) {
+            sl_exec_record_clear(&rec);
+            usleep(ATTACH_WAIT_STEP_US);
+            continue;
+        }
+        uint64_t totals[2] = {rec.stdout_len, rec.stderr_len};
+        *out = sl_outlog_stored(rec.stdout_text, rec.stdout_len, rec.stderr_text, rec.stderr_len,
+                                end_event(&rec, false, 0, totals));
+        sl_exec_record_clear(&rec);
+        if (!*out)
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return 0;
+    }
+}
+
+int sl_svc_exec_attach(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                       int64_t generation, struct sl_outlog **out, struct sl_error *err)
+{
+    *out = NULL;
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+        return -1;
+    return attach_log(svc, sandbox_id, exec_id, out, err);
+}
+
+/* What a poll with offsets answers of one stream: the text from off, at
+ * most max bytes of it, where the next poll goes on, and what was no longer
+ * kept. */
+static int read_from(struct sl_outlog *log, int stream, uint64_t off, size_t max, json_t *view)
+{
+    static const char *const names[2] = {"stdout", "stderr"};
+    struct sl_buf buf;
+    sl_buf_init(&buf, max);
+    uint64_t at[2] = {UINT64_MAX, UINT64_MAX};
+    at[stream] = off;
+    uint64_t skipped = 0;
+    char chunk[16384];
+    while (buf.len < max) {
+        struct sl_outlog_chunk c;
+        size_t want = max - buf.len < sizeof(chunk) ? max - buf.len : sizeof(chunk);
+        if (sl_outlog_read(log, at, stream, chunk, want, &c) != 1)
+            break;
+        skipped += c.skipped;
+        if (sl_buf_append(&buf, chunk, c.len) < 0) {
+            sl_buf_free(&buf);
+            return -1;
+        }
+        at[stream] = c.offset + c.len;
+    }
+    size_t text_len;
+    char *text = sl_utf8_repair(buf.data ? buf.data : "", buf.len, &text_len);
+    sl_buf_free(&buf);
+    if (!text)
+        return -1;
+    char key[32];
+    json_object_set_new(view, names[stream], json_stringn_nocheck(text, text_len));
+    free(text);
+    snprintf(key, sizeof(key), "%s_next_offset", names[stream]);
+    json_object_set_new(view, key, json_integer((json_int_t)at[stream]));
+    snprintf(key, sizeof(key), "%s_skipped", names[stream]);
+    json_object_set_new(view, key, json_integer((json_int_t)skipped));
+    return 0;
+}
+
+json_t *sl_svc_exec_get_from(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                             int64_t generation, const int64_t offsets[2],
+                             struct sl_error *err)
+{
+    struct sl_outlog *log = NULL;
+    if (sl_svc_exec_attach(svc, sandbox_id, exec_id, generation, &log, err) < 0)
+        return NULL;
+    /* The state as of now: the end when there is one, else RUNNING. */
+    const json_t *end = sl_outlog_end(log);
+    json_t *view = end ? json_deep_copy(end)
+                       : json_pack("{s:s,s:s,s:n,s:n,s:b,s:n}", "exec_id", exec_id, "status",
+                                   "RUNNING", "exit_code", "duration_ms", "truncated", false,
+                                   "termination_reason");
+    if (view) {
+        /* Polls read what is new only; the end says how much there was. */
+        json_object_del(view, "stdout_bytes");
+        json_object_del(view, "stderr_bytes");
+        json_object_set_new(view, "duration_ms", json_null());
+        size_t max = (size_t)svc->cfg->max_output_bytes;
+        if (read_from(log, SL_OUT_STDOUT, (uint64_t)offsets[0], max, view) < 0 ||
+            read_from(log, SL_OUT_STDERR, (uint64_t)offsets[1], max, view) < 0) {
+            json_decref(view);
+            view = NULL;
+        }
+        add_idle_times(svc, view);
+    }
+    sl_outlog_put(log);
+    if (!view)
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     return view;
 }
 
@@ -768,6 +1040,11 @@ void svc_execs_close(struct sl_service *svc)
     sl_service_stop_execs(svc);
     sl_pool_free(svc->completions);
     svc->completions = NULL;
+    while (svc->recent) {
+        struct svc_recent *r = svc->recent;
+        svc->recent = r->next;
+        recent_free(r);
+    }
     pthread_cond_destroy(&svc->execs_cond);
     pthread_mutex_destroy(&svc->execs_lock);
 }

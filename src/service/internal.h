@@ -118,6 +118,10 @@ struct sl_service {
     pthread_cond_t execs_cond; /* signalled when one leaves */
     struct svc_exec *execs;
     size_t execs_n;
+    /* Logs of commands that ended lately (exec.c): a reconnecting reader
+     * goes on from the raw bytes, as it would have live. */
+    struct svc_recent *recent;
+    size_t recent_n, recent_bytes;
     struct sl_pool *completions;
     atomic_bool shutting_down;
 
@@ -253,6 +257,8 @@ int svc_finish_suspend(struct sl_service *svc, const char *sandbox_id, struct sl
 /* Templates published in the catalog this worker sees. */
 int64_t svc_template_total(struct sl_service *svc);
 
+/* A released sandbox's ended commands' logs go. */
+void svc_execs_forget(struct sl_service *svc, const char *sandbox_id);
 /* Executions of this sandbox running on this worker now. */
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id);
 

@@ -628,6 +628,7 @@ static int worker_destroy(struct sl_service *svc, const char *sandbox_id, uid_t 
     if (rootfd >= 0)
         lockfd = ws_lock_global(rootfd, true, true, SL_E_RELEASING, &ignored);
     svc_live_remove(svc, sandbox_id);
+    svc_execs_forget(svc, sandbox_id);
     if (ws_sandbox_trash(svc->cfg->workspace_root, sandbox_id, err) < 0)
         return sl_error_wrap(err, "destroy %s", sandbox_id);
     return 0;

@@ -145,6 +145,7 @@ struct sl_exec_request {
     size_t sensitive_len;
     int64_t timeout_seconds; /* 0 = default */
     bool background;
+    bool stream;            /* ours: answered at once, output read with sl_svc_exec_attach */
     const char *exec_scope; /* NULL = unscoped */
     const json_t *request;  /* the validated request object, stored as command_json */
 };
@@ -161,6 +162,19 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
 /* API.md §3.10: the stored record (404 EXEC_NOT_FOUND). */
 json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                         int64_t generation, struct sl_error *err);
+struct sl_outlog;
+/* Ours: a command's output log (service/outlog.h; a reference the caller
+ * puts): the running command's, live, or one holding its record's output
+ * when it has ended. Fenced like the poll; 404 EXEC_NOT_FOUND. */
+int sl_svc_exec_attach(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                       int64_t generation, struct sl_outlog **out, struct sl_error *err);
+/* Ours: the poll with offsets (stdout, stderr): the answer's stdout and
+ * stderr hold only what was produced from those offsets on, live while the
+ * command runs, with <stream>_next_offset and <stream>_skipped (bytes no
+ * longer kept) for each. */
+json_t *sl_svc_exec_get_from(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                             int64_t generation, const int64_t offsets[2],
+                             struct sl_error *err);
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);

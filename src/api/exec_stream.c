@@ -1,0 +1,422 @@
+/* A command's output as Server-Sent Events (exec_stream.h). */
+#include "api/exec_stream.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/base64.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "service/outlog.h"
+
+/* Raw bytes per event: an escaped event stays below a few times this. */
+#define EVENT_BYTES 16384
+#define SANDBOX_ID_MAX 128
+
+struct exec_stream {
+    struct sl_body_source src;
+    struct exec_stream *prev, *next; /* the registry's */
+    char sandbox_id[SANDBOX_ID_MAX + 1];
+    struct sl_outlog *log;
+    struct sl_outlog_waiter waiter;
+    uint64_t off[2];
+    int prefer;    /* the stream read first next time: they take turns */
+    char *pending; /* an encoded event being sent */
+    size_t pending_len, pending_pos, pending_cap;
+    bool done; /* the end event is out (or being sent) */
+    atomic_bool keepalive_due;
+    atomic_llong last_send_us;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct exec_stream *all;
+    int count;
+    int64_t per_sandbox, per_worker, keepalive_us;
+    pthread_t ticker;
+    bool started;
+    pthread_cond_t stop_cond;
+    bool stopping;
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+int sl_exec_streams_open(void)
+{
+    pthread_mutex_lock(&reg.lock);
+    int n = reg.count;
+    pthread_mutex_unlock(&reg.lock);
+    return n;
+}
+
+/* ---- encoding ---- */
+
+static int reserve(struct exec_stream *s, size_t more)
+{
+    if (s->pending_len + more <= s->pending_cap)
+        return 0;
+    size_t cap = s->pending_cap ? s->pending_cap : 4096;
+    while (cap < s->pending_len + more)
+        cap *= 2;
+    char *p = realloc(s->pending, cap);
+    if (!p)
+        return -1;
+    s->pending = p;
+    s->pending_cap = cap;
+    return 0;
+}
+
+static int put(struct exec_stream *s, const char *data, size_t len)
+{
+    if (reserve(s, len) < 0)
+        return -1;
+    memcpy(s->pending + s->pending_len, data, len);
+    s->pending_len += len;
+    return 0;
+}
+
+static int putf(struct exec_stream *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int putf(struct exec_stream *s, const char *fmt, ...)
+{
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(line))
+        return -1;
+    return put(s, line, (size_t)n);
+}
+
+/* JSON string content of valid UTF-8 (quotes not included): nothing a
+ * data: line cannot carry (no CR or LF) is left raw. */
+static int put_json_text(struct exec_stream *s, const unsigned char *p, size_t len)
+{
+    if (reserve(s, len * 6) < 0)
+        return -1;
+    char *o = s->pending + s->pending_len;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
+            *o++ = '\\';
+            *o++ = (char)c;
+        } else if (c == '\n') {
+            *o++ = '\\';
+            *o++ = 'n';
+        } else if (c == '\t') {
+            *o++ = '\\';
+            *o++ = 't';
+        } else if (c == '\r') {
+            *o++ = '\\';
+            *o++ = 'r';
+        } else if (c < 0x20 || c == 0x7f) {
+            o += sprintf(o, "\\u%04x", c);
+        } else {
+            *o++ = (char)c;
+        }
+    }
+    s->pending_len = (size_t)(o - s->pending);
+    return 0;
+}
+
+/* How many leading bytes of p are complete, valid UTF-8; *tail says
+ * whether the rest is the start of a sequence that more bytes could
+ * complete (a chunk cut inside a character). */
+static size_t utf8_prefix(const unsigned char *p, size_t len, bool *tail)
+{
+    size_t i = 0;
+    *tail = false;
+    while (i < len) {
+        unsigned char c = p[i];
+        size_t n = c < 0x80             ? 1
+                   : (c & 0xe0) == 0xc0 ? 2
+                   : (c & 0xf0) == 0xe0 ? 3
+                   : (c & 0xf8) == 0xf0 ? 4
+                                        : 0;
+        if (n == 0 || (n == 2 && c < 0xc2) || (n == 4 && c > 0xf4))
+            return i;
+        size_t have = len - i < n ? len - i : n;
+        for (size_t k = 1; k < have; k++)
+            if ((p[i + k] & 0xc0) != 0x80)
+                return i;
+        if (n >= 3 && have >= 2) {
+            unsigned char d = p[i + 1];
+            if ((c == 0xe0 && d < 0xa0) || (c == 0xed && d > 0x9f) || (c == 0xf0 && d < 0x90) ||
+                (c == 0xf4 && d > 0x8f))
+                return i; /* overlong, surrogate, or past U+10FFFF */
+        }
+        if (have < n) {
+            *tail = true;
+            return i;
+        }
+        i += n;
+    }
+    return i;
+}
+
+static int put_id(struct exec_stream *s)
+{
+    return putf(s, "id: %llu:%llu\n", (unsigned long long)s->off[0], (unsigned long long)s->off[1]);
+}
+
+static const char *const stream_names[2] = {"stdout", "stderr"};
+
+/* One chunk read from the log as its events (a gap, then the bytes). */
+static int encode_chunk(struct exec_stream *s, const struct sl_outlog_chunk *c, char *data,
+                        bool ended)
+{
+    int i = c->stream;
+    if (c->skipped) {
+        s->off[i] = c->offset;
+        if (put_id(s) < 0 ||
+            putf(s, "event: gap\ndata: {\"stream\":\"%s\",\"offset\":%llu,\"skipped\":%llu}\n\n",
+                 stream_names[i], (unsigned long long)(c->offset - c->skipped),
+                 (unsigned long long)c->skipped) < 0)
+            return -1;
+    }
+    if (!c->len)
+        return 0;
+    bool tail;
+    size_t valid = utf8_prefix((const unsigned char *)data, c->len, &tail);
+    size_t take = c->len;
+    bool text = valid == c->len;
+    if (!text && tail && valid > 0 && !ended) {
+        take = valid; /* the character's rest comes with the next read */
+        text = true;
+    }
+    s->off[i] = c->offset + take;
+    if (put_id(s) < 0 || putf(s, "event: %s\ndata: {\"offset\":%llu,\"%s\":\"", stream_names[i],
+                              (unsigned long long)c->offset, text ? "text" : "base64") < 0)
+        return -1;
+    if (text) {
+        if (put_json_text(s, (const unsigned char *)data, take) < 0)
+            return -1;
+    } else {
+        char *b64 = sl_base64_encode(data, take);
+        if (!b64 || put(s, b64, strlen(b64)) < 0) {
+            free(b64);
+            return -1;
+        }
+        free(b64);
+    }
+    return put(s, "\"}\n\n", 4);
+}
+
+static int encode_end(struct exec_stream *s)
+{
+    const json_t *end = sl_outlog_end(s->log);
+    char *doc = end ? json_dumps(end, JSON_COMPACT) : NULL;
+    int rc = -1;
+    if (doc && put_id(s) == 0 && putf(s, "event: end\ndata: ") == 0 &&
+        put(s, doc, strlen(doc)) == 0 && put(s, "\n\n", 2) == 0)
+        rc = 0;
+    free(doc);
+    return rc;
+}
+
+/* ---- the body source ---- */
+
+static void on_output(struct sl_outlog_waiter *w)
+{
+    struct exec_stream *s =
+        (struct exec_stream *)((char *)w - offsetof(struct exec_stream, waiter));
+    s->src.wake(s->src.wake_ctx);
+}
+
+static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
+{
+    struct exec_stream *s = (struct exec_stream *)src;
+    char chunk[EVENT_BYTES];
+    for (;;) {
+        if (s->pending_pos < s->pending_len) {
+            size_t n = s->pending_len - s->pending_pos;
+            n = n < max ? n : max;
+            memcpy(buf, s->pending + s->pending_pos, n);
+            s->pending_pos += n;
+            atomic_store(&s->last_send_us, sl_mono_us());
+            return (ssize_t)n;
+        }
+        s->pending_len = s->pending_pos = 0;
+        if (s->done)
+            return -1;
+        if (atomic_exchange(&s->keepalive_due, false)) {
+            if (put(s, ": keepalive\n\n", 13) < 0)
+                return -1;
+            continue;
+        }
+        struct sl_outlog_chunk c;
+        int rc = sl_outlog_read(s->log, s->off, s->prefer, chunk, sizeof(chunk), &c);
+        if (rc == 1) {
+            s->prefer = !c.stream;
+            if (encode_chunk(s, &c, chunk, sl_outlog_end(s->log) != NULL) < 0)
+                return -1;
+            continue;
+        }
+        if (rc < 0) {
+            s->done = true;
+            if (encode_end(s) < 0)
+                return -1;
+            continue;
+        }
+        if (sl_outlog_wait(s->log, s->off, &s->waiter))
+            return 0; /* on_output or the ticker wakes us */
+    }
+}
+
+static void stream_close(struct sl_body_source *src)
+{
+    struct exec_stream *s = (struct exec_stream *)src;
+    pthread_mutex_lock(&reg.lock);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        reg.all = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    reg.count--;
+    pthread_mutex_unlock(&reg.lock);
+    /* A stream closes only while it is not waiting (its connection is not
+     * suspended), so nobody else can wake it now. */
+    (void)sl_outlog_unwait(s->log, &s->waiter);
+    sl_outlog_put(s->log);
+    free(s->pending);
+    free(s);
+}
+
+struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_outlog *log,
+                                           const uint64_t off[2], struct sl_error *err)
+{
+    struct exec_stream *s = calloc(1, sizeof(*s));
+    if (!s) {
+        sl_outlog_put(log);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->src.read = stream_read;
+    s->src.close = stream_close;
+    s->waiter.wake = on_output;
+    snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sandbox_id);
+    s->log = log;
+    s->off[0] = off[0];
+    s->off[1] = off[1];
+    atomic_init(&s->last_send_us, sl_mono_us());
+    pthread_mutex_lock(&reg.lock);
+    int here = 0;
+    for (struct exec_stream *p = reg.all; p; p = p->next)
+        here += strcmp(p->sandbox_id, s->sandbox_id) == 0;
+    bool over = reg.count >= reg.per_worker || here >= reg.per_sandbox;
+    if (!over) {
+        s->next = reg.all;
+        if (reg.all)
+            reg.all->prev = s;
+        reg.all = s;
+        reg.count++;
+    }
+    pthread_mutex_unlock(&reg.lock);
+    if (over) {
+        sl_error_set(err, SL_E_STREAM_LIMIT, 0,
+                     here >= reg.per_sandbox
+                         ? "this sandbox already has SANDBOX_MAX_STREAMS_PER_SANDBOX (%lld) "
+                           "output streams open"
+                         : "this worker already has SANDBOX_MAX_STREAMS (%lld) output streams "
+                           "open",
+                     (long long)(here >= reg.per_sandbox ? reg.per_sandbox : reg.per_worker));
+        sl_outlog_put(log);
+        free(s);
+        return NULL;
+    }
+    return &s->src;
+}
+
+int sl_exec_stream_parse_offset(const char *text, uint64_t off[2])
+{
+    if (!text || !*text)
+        return -1;
+    char *end;
+    off[0] = off[1] = 0;
+    for (int i = 0; i < 2; i++) {
+        if (*text < '0' || *text > '9')
+            return -1;
+        errno = 0;
+        unsigned long long v = strtoull(text, &end, 10);
+        if (errno || end - text > 19)
+            return -1;
+        off[i] = v;
+        if (*end == '\0')
+            return 0;
+        if (i == 1 || *end != ':')
+            return -1;
+        text = end + 1;
+    }
+    return -1;
+}
+
+/* ---- keepalives ---- */
+
+static void *ticker_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&reg.lock);
+    while (!reg.stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&reg.stop_cond, &reg.lock, &until);
+        int64_t now = sl_mono_us();
+        /* Streams waiting on their log and silent too long: taken off the
+         * log (so only this wakes them) and woken with a keepalive due. A
+         * waiting stream's connection is suspended and stays so until it
+         * is woken, so it cannot be closed before the wake below. */
+        struct exec_stream *due[64];
+        size_t n = 0;
+        for (struct exec_stream *s = reg.all; s && n < 64; s = s->next)
+            if (now - atomic_load(&s->last_send_us) >= reg.keepalive_us &&
+                sl_outlog_unwait(s->log, &s->waiter)) {
+                atomic_store(&s->keepalive_due, true);
+                atomic_store(&s->last_send_us, now);
+                due[n++] = s;
+            }
+        pthread_mutex_unlock(&reg.lock);
+        for (size_t i = 0; i < n; i++)
+            due[i]->src.wake(due[i]->src.wake_ctx);
+        pthread_mutex_lock(&reg.lock);
+    }
+    pthread_mutex_unlock(&reg.lock);
+    return NULL;
+}
+
+int sl_exec_streams_start(const struct sl_config *cfg, struct sl_error *err)
+{
+    reg.per_sandbox = cfg->max_streams_per_sandbox;
+    reg.per_worker = cfg->max_streams;
+    reg.keepalive_us = cfg->stream_keepalive_seconds * 1000000;
+    reg.stopping = false;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&reg.stop_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    if (pthread_create(&reg.ticker, NULL, ticker_main, NULL) != 0)
+        return sl_error_set(err, SL_E_INTERNAL, errno, "cannot start the streams' ticker");
+    reg.started = true;
+    return 0;
+}
+
+void sl_exec_streams_stop(void)
+{
+    if (!reg.started)
+        return;
+    pthread_mutex_lock(&reg.lock);
+    reg.stopping = true;
+    pthread_cond_signal(&reg.stop_cond);
+    pthread_mutex_unlock(&reg.lock);
+    pthread_join(reg.ticker, NULL);
+    pthread_cond_destroy(&reg.stop_cond);
+    reg.started = false;
+}

@@ -1,0 +1,54 @@
+/* A command's output as Server-Sent Events (ours: POST …/exec with
+ * "stream": true, GET …/exec/{exec_id}/stream).
+ *
+ * Events, in the order the command produced them per stream:
+ *
+ *   id: <stdout offset>:<stderr offset>     (after this event)
+ *   event: stdout | stderr
+ *   data: {"offset": N, "text": "…"}          (or "base64" when the bytes
+ *                                             are not UTF-8)
+ *
+ *   event: gap
+ *   data: {"stream": "stdout", "offset": N, "skipped": K}
+ *                                            (K bytes from N were no longer
+ *                                             kept: SANDBOX_STREAM_RETAIN_BYTES)
+ *
+ *   event: end
+ *   data: the exec answer without its output, with stdout_bytes and
+ *         stderr_bytes; the stream then closes.
+ *
+ * and a comment (": keepalive") after SANDBOX_STREAM_KEEPALIVE_SECONDS of
+ * silence. A reconnect with Last-Event-ID (or ?offset=S:E) goes on right
+ * after the last event it got: no byte twice, none missing.
+ *
+ * Streams cost no thread: one waits on its command's log (outlog.h) with
+ * its connection suspended. The registry here bounds how many are open
+ * (per sandbox, per worker) and sends the keepalives. */
+#ifndef SL_API_EXEC_STREAM_H
+#define SL_API_EXEC_STREAM_H
+
+#include <stdint.h>
+
+#include "api/router.h"
+#include "common/error.h"
+
+struct sl_config;
+struct sl_outlog;
+
+/* The registry: started with the HTTP server, stopped after it. */
+int sl_exec_streams_start(const struct sl_config *cfg, struct sl_error *err);
+void sl_exec_streams_stop(void);
+/* Open streams now (the whole worker). */
+int sl_exec_streams_open(void);
+
+/* A stream of `log` (a reference, taken whatever the outcome) from
+ * offsets off[] (stdout, stderr). NULL with err SANDBOX_STREAM_LIMIT past a
+ * bound. */
+struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_outlog *log,
+                                           const uint64_t off[2], struct sl_error *err);
+
+/* "S:E" or "S" (stderr 0): a Last-Event-ID or ?offset= value. -1 when it
+ * is neither. */
+int sl_exec_stream_parse_offset(const char *text, uint64_t off[2]);
+
+#endif

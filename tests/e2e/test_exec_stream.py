@@ -1,0 +1,369 @@
+"""Streamed output (ours): POST …/exec with "stream": true and
+GET …/exec/{exec_id}/stream answer Server-Sent Events whose ids are the
+offsets reached (stdout:stderr); a reconnect with Last-Event-ID or ?offset=
+goes on with no byte missing and none twice, for running, background and
+finished commands; output no longer kept is a `gap` event with its size;
+the poll route takes offsets; streams are bounded per sandbox and per
+worker, and cost no thread each.
+"""
+import base64
+import http.client
+import json
+import os
+import threading
+import time
+import uuid
+
+import pytest
+
+from conftest import Daemon
+
+RETAIN = 4096      # SANDBOX_STREAM_RETAIN_BYTES of the module daemon
+MAX_OUTPUT = 8192  # SANDBOX_MAX_OUTPUT_BYTES of the module daemon
+PER_SANDBOX = 4    # SANDBOX_MAX_STREAMS_PER_SANDBOX of the module daemon
+
+
+@pytest.fixture(scope="module")
+def daemon(sandloomd_binary):
+    d = Daemon(sandloomd_binary, {"SANDBOX_STREAM_RETAIN_BYTES": str(RETAIN),
+                                  "SANDBOX_MAX_OUTPUT_BYTES": str(MAX_OUTPUT),
+                                  "SANDBOX_MAX_STREAMS_PER_SANDBOX": str(PER_SANDBOX),
+                                  "SANDBOX_STREAM_KEEPALIVE_SECONDS": "1"}).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
+class Events:
+    """One open event stream: events parsed as they arrive."""
+
+    def __init__(self, daemon, method, path, body=None, headers=None, timeout=30):
+        self.conn = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=timeout)
+        hdrs = {"Authorization": "Bearer " + daemon.token, "Accept": "text/event-stream"}
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+        hdrs.update(headers or {})
+        self.conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                          headers=hdrs)
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.headers = self.resp.headers
+        self.comments = []
+        self.first_at = None  # when the first event arrived (time.monotonic)
+
+    def error(self):
+        return json.loads(self.resp.read())
+
+    def next(self):
+        """The next event as (name, id, data) or None at the end."""
+        name, eid, data = "message", None, []
+        while True:
+            line = self.resp.readline()
+            if not line:
+                return None
+            line = line.decode("utf-8").rstrip("\r\n")
+            if line == "":
+                if data or name != "message":
+                    if self.first_at is None:
+                        self.first_at = time.monotonic()
+                    return name, eid, json.loads("\n".join(data)) if data else None
+                continue
+            if line.startswith(":"):
+                self.comments.append(line)
+                continue
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "id":
+                eid = value
+            elif field == "data":
+                data.append(value)
+
+    def close(self):
+        self.conn.close()
+
+
+def stream_path(sb, exec_id, **params):
+    q = "&".join(f"{k}={v}" for k, v in {"generation": sb.generation, **params}.items())
+    return f"{sb.path}/exec/{exec_id}/stream?{q}"
+
+
+def start_stream(daemon, sb, argv, exec_id=None, **fields):
+    body = {"exec_id": exec_id or "s-" + uuid.uuid4().hex, "generation": sb.generation,
+            "argv": argv, "stream": True, **fields}
+    return Events(daemon, "POST", sb.path + "/exec", body)
+
+
+def chunk_bytes(data):
+    return data["text"].encode("utf-8") if "text" in data else base64.b64decode(data["base64"])
+
+
+def collect(ev, stop_after=None, start=(0, 0)):
+    """Every event until the end (or until stop_after bytes of stdout), the
+    stream starting at offsets `start`: (stdout bytes, stderr bytes, events)."""
+    out = {"stdout": bytearray(), "stderr": bytearray()}
+    base = {"stdout": start[0], "stderr": start[1]}
+    events = []
+    while True:
+        e = ev.next()
+        if e is None:
+            break
+        events.append(e)
+        name, eid, data = e
+        if name in out:
+            assert data["offset"] == base[name] + len(out[name]), (name, data["offset"])
+            out[name] += chunk_bytes(data)
+            assert eid == f"{base['stdout'] + len(out['stdout'])}:" \
+                          f"{base['stderr'] + len(out['stderr'])}"
+        if name == "gap":
+            # What is missing is said, and the offsets jump past it.
+            assert data["offset"] == base[data["stream"]] + len(out[data["stream"]])
+            base[data["stream"]] += data["skipped"]
+            if stop_after is not None and len(out["stdout"]) >= stop_after:
+                break
+        if name == "end":
+            break
+    return bytes(out["stdout"]), bytes(out["stderr"]), events
+
+
+# -- tests -----------------------------------------------------------------------
+def test_a_command_streams_its_output_as_it_prints_with_offsets(daemon, ready_sandbox):
+    sb = ready_sandbox
+    script = "for i in $(seq 1 20); do echo line $i; echo err $i >&2; sleep 0.5; done; exit 3"
+    t0 = time.monotonic()
+    ev = start_stream(daemon, sb, ["sh", "-c", script])
+    assert ev.status == 200
+    assert ev.headers["Content-Type"].startswith("text/event-stream")
+    out, err, events = collect(ev)
+    # The first line comes as it is printed, long before the 10 s command ends.
+    assert ev.first_at - t0 < 3, ev.first_at - t0
+    assert events[0][0] in ("stdout", "stderr")
+    assert out == b"".join(b"line %d\n" % i for i in range(1, 21))
+    assert err == b"".join(b"err %d\n" % i for i in range(1, 21))
+    name, eid, end = events[-1]
+    assert name == "end"
+    assert end["status"] == "FAILED" and end["exit_code"] == 3
+    assert end["stdout_bytes"] == len(out) and end["stderr_bytes"] == len(err)
+    assert "stdout" not in end and "stderr" not in end
+    assert ev.next() is None  # the stream closes after the end
+    # Events came spread over the run, not all at its end.
+    assert len([e for e in events if e[0] == "stdout"]) >= 10
+    ev.close()
+    # The record is the reference's, whole.
+    r = daemon.client().get(f"{sb.path}/exec/{end['exec_id']}",
+                            params={"generation": sb.generation})
+    assert r.status == 200 and r.body["stdout"] == out.decode() and r.body["exit_code"] == 3
+
+
+def make_output_script(n):
+    """Prints n numbered records of mixed text: ASCII, multi-byte UTF-8,
+    and bytes that are not UTF-8, to stdout; a few to stderr."""
+    return ("import sys, time\n"
+            f"for i in range({n}):\n"
+            "    sys.stdout.buffer.write(('%06d é✓ ' % i).encode() + (b'\\xff\\xfe' if i % 7 == 0 else b'') + b'\\n')\n"
+            "    if i % 50 == 0: sys.stderr.write('e%d\\n' % i); sys.stderr.flush()\n"
+            "    sys.stdout.flush()\n"
+            "    if i % 100 == 0: time.sleep(0.05)\n")
+
+
+def expected_output(n):
+    out = b"".join(('%06d é✓ ' % i).encode() + (b'\xff\xfe' if i % 7 == 0 else b'') + b'\n'
+                   for i in range(n))
+    err = b"".join(b"e%d\n" % i for i in range(0, n, 50))
+    return out, err
+
+
+def test_a_reconnect_with_last_event_id_goes_on_byte_exact(daemon, ready_sandbox):
+    sb = ready_sandbox
+    n = 150  # under MAX_OUTPUT + RETAIN: everything is kept for the reconnect
+    exec_id = "resume-" + uuid.uuid4().hex
+    ev = start_stream(daemon, sb, ["python3", "-c", make_output_script(n)], exec_id=exec_id)
+    assert ev.status == 200
+    out1, err1, events = collect(ev, stop_after=1000)
+    last_id = [e[1] for e in events if e[1]][-1]
+    ev.close()  # the client goes away mid-stream
+    ev2 = Events(daemon, "GET", stream_path(sb, exec_id), headers={"Last-Event-ID": last_id})
+    assert ev2.status == 200
+    so, se = (int(x) for x in last_id.split(":"))
+    assert (so, se) == (len(out1), len(err1))
+    out2 = {"stdout": bytearray(out1), "stderr": bytearray(err1)}
+    while True:
+        e = ev2.next()
+        assert e is not None
+        name, eid, data = e
+        if name == "end":
+            break
+        assert name in out2, e
+        assert data["offset"] == len(out2[name])
+        out2[name] += chunk_bytes(data)
+    ev2.close()
+    want_out, want_err = expected_output(n)
+    got = bytes(out2["stdout"])
+    at = next((i for i in range(min(len(got), len(want_out))) if got[i] != want_out[i]), None)
+    assert got == want_out, (len(got), len(want_out), at, len(out1), got[len(want_out):],
+                             got[at - 20:at + 20] if at else None,
+                             want_out[at - 20:at + 20] if at else None)
+    assert bytes(out2["stderr"]) == want_err
+
+
+def test_the_offset_query_and_a_finished_command(daemon, ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sh", "-c", "printf 'abcdefghij'; printf 'XY' >&2"], exec_id="done-1")
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED"
+    ev = Events(daemon, "GET", stream_path(sb, "done-1", offset="4:1"))
+    out, err, events = collect(ev, start=(4, 1))
+    assert (out, err) == (b"efghij", b"Y")
+    assert events[-1][0] == "end" and events[-1][2]["status"] == "SUCCEEDED"
+    # One offset alone is stdout's.
+    ev = Events(daemon, "GET", stream_path(sb, "done-1", offset="8"))
+    assert collect(ev, start=(8, 0))[:2] == (b"ij", b"XY")
+    # Past the end: only the end.
+    ev = Events(daemon, "GET", stream_path(sb, "done-1", offset="10:2"))
+    assert [e[0] for e in collect(ev, start=(10, 2))[2]] == ["end"]
+
+
+def test_a_background_command_can_be_followed_later(daemon, ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sh", "-c", "echo started; sleep 2; echo finished"], exec_id="bg-1",
+                background=True)
+    assert r.status == 200 and r.body["status"] == "RUNNING"
+    time.sleep(0.5)
+    ev = Events(daemon, "GET", stream_path(sb, "bg-1"))
+    out, err, events = collect(ev)
+    assert out == b"started\nfinished\n"
+    assert events[-1][0] == "end" and events[-1][2]["status"] == "SUCCEEDED"
+
+
+def test_output_no_longer_kept_is_a_gap_with_its_size(daemon, ready_sandbox):
+    sb = ready_sandbox
+    # 100000 bytes: the first MAX_OUTPUT are kept (the record's), then only
+    # the last RETAIN while it runs.
+    script = "head -c 100000 /dev/zero | tr '\\0' a; echo; sleep 3"
+    r = sb.exec(["sh", "-c", script], exec_id="gap-1", background=True)
+    assert r.status == 200
+    time.sleep(1.5)
+    ev = Events(daemon, "GET", stream_path(sb, "gap-1", offset=str(MAX_OUTPUT - 10)))
+    out, err, events = collect(ev, start=(MAX_OUTPUT - 10, 0))
+    total = 100001
+    gaps = [d for n, i, d in events if n == "gap"]
+    assert gaps == [{"stream": "stdout", "offset": MAX_OUTPUT,
+                     "skipped": total - RETAIN - MAX_OUTPUT}]
+    # The head's last 10 bytes, then the last RETAIN bytes.
+    assert out == b"a" * 10 + b"a" * (RETAIN - 1) + b"\n"
+    assert events[-1][0] == "end"
+    assert events[-1][2]["truncated"] is True and events[-1][2]["stdout_bytes"] == total
+
+
+def test_poll_with_offsets_reads_only_what_is_new(daemon, ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sh", "-c", "echo one; sleep 1.5; echo two; sleep 1.5"], exec_id="poll-1",
+                background=True)
+    assert r.status == 200
+    c = daemon.client()
+    time.sleep(0.7)
+    p = c.get(f"{sb.path}/exec/poll-1", params={"generation": sb.generation,
+                                                 "stdout_offset": 0, "stderr_offset": 0})
+    assert p.status == 200, p
+    assert p.body["status"] == "RUNNING" and p.body["stdout"] == "one\n"
+    assert p.body["stdout_next_offset"] == 4 and p.body["stdout_skipped"] == 0
+    time.sleep(1.5)
+    p = c.get(f"{sb.path}/exec/poll-1", params={"generation": sb.generation,
+                                                 "stdout_offset": 4})
+    assert p.body["stdout"] == "two\n" and p.body["stdout_next_offset"] == 8
+    # Without offsets: the reference's answer (nothing until the end).
+    p = c.get(f"{sb.path}/exec/poll-1", params={"generation": sb.generation})
+    assert p.body["stdout"] == "" and "stdout_next_offset" not in p.body
+    time.sleep(2)
+    p = c.get(f"{sb.path}/exec/poll-1", params={"generation": sb.generation,
+                                                 "stdout_offset": 8})
+    assert p.body["status"] == "SUCCEEDED" and p.body["stdout"] == ""
+    p = c.get(f"{sb.path}/exec/poll-1", params={"generation": sb.generation,
+                                                 "stdout_offset": -1})
+    assert p.status == 422
+    assert p.body["detail"]["errors"][0]["field"] == "stdout_offset"
+
+
+def test_keepalives_hold_a_silent_stream_open(daemon, ready_sandbox):
+    sb = ready_sandbox
+    ev = start_stream(daemon, sb, ["sh", "-c", "sleep 3; echo late"])
+    out, err, events = collect(ev)
+    assert out == b"late\n"
+    assert len(ev.comments) >= 2 and all(c == ": keepalive" for c in ev.comments)
+
+
+def test_bad_requests_are_refused_with_named_codes(daemon, ready_sandbox):
+    sb = ready_sandbox
+    c = daemon.client()
+    ev = Events(daemon, "GET", stream_path(sb, "nope"))
+    assert ev.status == 404 and ev.error()["detail"]["code"] == "EXEC_NOT_FOUND"
+    for bad in ("x", "1:2:3", "-1", "1:", ":1", "99999999999999999999"):
+        ev = Events(daemon, "GET", stream_path(sb, "nope", offset=bad))
+        assert ev.status == 422, bad
+        ev = Events(daemon, "GET", stream_path(sb, "nope"), headers={"Last-Event-ID": bad})
+        assert ev.status == 422, bad
+    # A wrong generation: the poll route's refusal.
+    poll = c.get(f"{sb.path}/exec/nope", params={"generation": sb.generation + 1})
+    ev = Events(daemon, "GET", f"{sb.path}/exec/nope/stream?generation={sb.generation + 1}")
+    assert ev.status == poll.status == 409
+    assert ev.error()["detail"]["code"] == poll.body["detail"]["code"]
+    ev = Events(daemon, "GET", f"{sb.path}/exec/nope/stream")
+    assert ev.status == 422
+    r = sb.exec(["true"], stream="yes")
+    assert r.status == 422 and r.body["detail"]["errors"][0]["field"] == "stream"
+    # A stream of a refused command is the refusal, as JSON.
+    ev = start_stream(daemon, sb, ["true"], generation=sb.generation + 5)
+    assert ev.status == 409
+    assert ev.error()["detail"]["code"] in ("STALE_SANDBOX_GENERATION", "STALE_SANDBOX_ROUTE")
+
+
+def test_streams_are_bounded_per_sandbox_and_a_closed_one_frees_its_place(daemon,
+                                                                        ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sleep", "20"], exec_id="long-1", background=True)
+    assert r.status == 200
+    open_ = [Events(daemon, "GET", stream_path(sb, "long-1")) for _ in range(PER_SANDBOX)]
+    assert all(e.status == 200 for e in open_)
+    over = Events(daemon, "GET", stream_path(sb, "long-1"))
+    assert over.status == 429
+    assert over.error()["detail"]["code"] == "SANDBOX_STREAM_LIMIT"
+    # A client that vanishes gives its place back (the daemon sees the
+    # connection close at its next keepalive at the latest).
+    open_.pop().close()
+    deadline = time.time() + 5
+    while True:
+        again = Events(daemon, "GET", stream_path(sb, "long-1"))
+        if again.status == 200 or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    assert again.status == 200
+    for e in open_ + [again]:
+        e.close()
+    daemon.client().post(f"{sb.path}/exec/long-1/cancel", params={"generation": sb.generation})
+
+
+def daemon_threads(pid):
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def test_hundreds_of_open_streams_are_not_a_thread_each(daemon, new_sandbox):
+    # Sandboxes of their own: PER_SANDBOX streams each.
+    sbs = []
+    for _ in range(8):
+        sb = new_sandbox()
+        assert sb.resolve().status == 200 and sb.connect().status == 200
+        assert sb.exec(["sleep", "10"], exec_id="many", background=True).status == 200
+        sbs.append(sb)
+    before = daemon_threads(daemon.proc.pid)
+    streams = [Events(daemon, "GET", stream_path(sb, "many"))
+               for sb in sbs for _ in range(PER_SANDBOX)]
+    assert all(e.status == 200 for e in streams)
+    during = daemon_threads(daemon.proc.pid)
+    assert during <= before + 4, (before, during)
+    for sb in sbs:
+        daemon.client().post(f"{sb.path}/exec/many/cancel", params={"generation": sb.generation})
+    for e in streams:
+        assert [x[0] for x in collect(e)[2]][-1] == "end"
+        e.close()
