@@ -82,6 +82,10 @@ static const struct code_status TABLE[] = {
      "the sandbox already runs as many commands as SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX "
      "allows: wait for one to end"},
     {SL_E_LIST_BUSY, 429, "the sandbox already runs two directory listings: retry when one ends"},
+    {SL_E_STDIN_CLOSED, 409,
+     "the command has no stdin to write to: start it with \"stdin\": true, and write "
+     "before closing it"},
+    {SL_E_EXEC_NOT_RUNNING, 409, "the command has ended"},
     {SL_E_STREAM_LIMIT, 429,
      "too many output streams are open (SANDBOX_MAX_STREAMS_PER_SANDBOX, SANDBOX_MAX_STREAMS): "
      "close one"},

@@ -1,6 +1,7 @@
 /* The route table and its handlers. Each handler validates its input in the
  * reference's 422 shape, calls one service function and encodes the answer. */
 #include <microhttpd.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "api/router.h"
 #include "api/tenant_view.h"
 #include "api/validate.h"
+#include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/util.h"
@@ -504,8 +506,11 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
     sl_v_bool(v, b, "background", false, &background);
     /* Ours: how the answer comes, not what runs: not stored, so a replay
      * asked as a stream is still the same command. */
-    bool stream = false;
+    bool stream = false, stdin_open = false;
     sl_v_bool(v, b, "stream", false, &stream);
+    /* Ours: stdin a pipe the client writes to (…/stdin); what runs
+     * differs, so it is stored, where set, with the request. */
+    sl_v_bool(v, b, "stdin", false, &stdin_open);
     const char *scope = NULL;
     json_t *scope_json = json_object_get(b, "exec_scope");
     if (scope_json && !json_is_null(scope_json))
@@ -523,6 +528,8 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
         sens_json ? json_incref(sens_json) : json_object(),
         "timeout_seconds", sl_json_int_or_null(timeout, timeout_null), "background", background,
         "exec_scope", sl_json_str_or_null(scope));
+    if (stdin_open && out->stored)
+        json_object_set_new(out->stored, "stdin", json_true());
     out->req = (struct sl_exec_request){
         .exec_id = exec_id,
         .generation = generation,
@@ -537,6 +544,7 @@ bool sl_api_exec_parse(const json_t *b, bool with_sensitive, struct sl_validatio
         .timeout_seconds = timeout_null ? 0 : timeout,
         .background = background,
         .stream = stream,
+        .stdin_open = stdin_open,
         .exec_scope = scope,
         .request = out->stored,
     };
@@ -636,6 +644,85 @@ static void h_exec_get(struct sl_request *req, struct sl_response *resp)
                                                       generation, off, &err)
                                : sl_svc_exec_get(req->svc, req->params[0], req->params[1],
                                                  generation, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_v_free(&v);
+}
+
+/* Ours: POST …/exec/{exec_id}/stdin — {"data": text} or {"data_base64"},
+ * and/or "close": true, for a command started with "stdin": true. */
+static void h_exec_stdin(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    bool close_it = false;
+    sl_v_bool(&v, req->body, "close", false, &close_it);
+    size_t text_len = 0, b64_len = 0;
+    const char *text = json_object_get(req->body, "data")
+                           ? sl_v_string_n(&v, req->body, "data", false, 0, SL_STDIN_MAX_BYTES,
+                                           &text_len)
+                           : NULL;
+    const char *b64 = json_object_get(req->body, "data_base64")
+                          ? sl_v_string_n(&v, req->body, "data_base64", false, 0,
+                                          SL_STDIN_MAX_BYTES / 3 * 4 + 4, &b64_len)
+                          : NULL;
+    if (text && b64)
+        sl_v_fail(&v, "data", "give data or data_base64, not both");
+    struct sl_buf bytes = {0};
+    if (sl_v_ok(&v) && b64 &&
+        sl_base64_decode_strict(b64, b64_len, &bytes, SL_STDIN_MAX_BYTES, NULL) < 0)
+        sl_v_fail(&v, "data_base64", "must be standard base64 of at most %d bytes",
+                  SL_STDIN_MAX_BYTES);
+    if (sl_v_ok(&v) && text && text_len > SL_STDIN_MAX_BYTES)
+        sl_v_fail(&v, "data", "must be at most %d bytes", SL_STDIN_MAX_BYTES);
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        const char *data = b64 ? bytes.data : text;
+        size_t len = b64 ? bytes.len : text_len;
+        json_t *doc = sl_svc_exec_stdin(req->svc, req->params[0], req->params[1], generation,
+                                        data ? data : "", len, close_it, &err);
+        respond_result(resp, doc, &err);
+    }
+    sl_buf_free(&bytes);
+    sl_v_free(&v);
+}
+
+/* The signals a client may send: what a terminal's keys and a supervisor
+ * send, never one that could stop the service's own bookkeeping. */
+static int signal_named(const char *name)
+{
+    static const struct {
+        const char *name;
+        int sig;
+    } known[] = {{"SIGINT", SIGINT},   {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL},
+                 {"SIGHUP", SIGHUP},   {"SIGQUIT", SIGQUIT}};
+    for (size_t i = 0; name && i < sizeof(known) / sizeof(known[0]); i++)
+        if (strcmp(known[i].name, name) == 0)
+            return known[i].sig;
+    return 0;
+}
+
+/* Ours: POST …/exec/{exec_id}/signal — {"signal": "SIGINT"}. */
+static void h_exec_signal(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    const char *name = sl_v_string(&v, req->body, "signal", true, 1, 16, false, NULL);
+    int sig = signal_named(name);
+    if (name && !sig)
+        sl_v_fail(&v, "signal", "must be one of SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT");
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+    } else {
+        struct sl_error err = {0};
+        json_t *doc =
+            sl_svc_exec_signal(req->svc, req->params[0], req->params[1], generation, sig, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -1365,6 +1452,12 @@ const struct sl_route_def sl_routes[] = {
      "ExecResponse", NULL, SL_ROUTE_EXEC_MAX_BODY, false, false, true, false},
     {"GET", SBX "/exec/{exec_id}", h_exec_get, true, false, "getExecution",
      "Poll an execution", NULL, "ExecResponse", Q_POLL, 0, false, false, true, false},
+    {"POST", SBX "/exec/{exec_id}/stdin", h_exec_stdin, true, true, "writeExecutionStdin",
+     "Write to a running command's stdin", "StdinRequest", "StdinResponse", Q_GENERATION,
+     SL_STDIN_MAX_BYTES * 2 + 64 * 1024, false, false, true, false},
+    {"POST", SBX "/exec/{exec_id}/signal", h_exec_signal, true, true, "signalExecution",
+     "Send a signal to a running command", "SignalRequest", "SignalResponse", Q_GENERATION, 0,
+     false, false, true, false},
     {"GET", SBX "/exec/{exec_id}/stream", h_exec_stream, true, false, "streamExecution",
      "Follow an execution's output as events", NULL, NULL, Q_STREAM, 0, false, false, true,
      false},

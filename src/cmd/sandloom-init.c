@@ -301,7 +301,11 @@ static int session_main(int ctl)
             ssize_t got = read(r->status_fd, &req, 1);
             if (got < 0 && (errno == EAGAIN || errno == EINTR))
                 continue;
-            int sig = got == 1 && req == SL_SESSION_TERM ? SIGTERM : SIGKILL;
+            unsigned char b = (unsigned char)req;
+            int sig = got != 1                   ? SIGKILL
+                      : b == SL_SESSION_TERM     ? SIGTERM
+                      : b >= 1 && b <= SL_SESSION_MAX_SIGNAL ? (int)b
+                                                             : SIGKILL;
             kill(-r->pid, sig);
             /* A command that left its group (setsid, setpgid) still gets
              * the signal, but a catchable one reaches it once: the group's

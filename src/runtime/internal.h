@@ -103,6 +103,7 @@ struct sl_rt_exec {
     struct rt_tag tags[TAG_COUNT];
     /* guarded by sup.lock */
     bool finished, queued, cancel_requested, kill_now;
+    int client_signal; /* sl_rt_exec_signal's, 0 = none */
     struct sl_rt_exec *queue_next, *prev, *next;
     struct sl_rt_exec *reap_next; /* finished: released after the epoll batch */
 };

@@ -90,8 +90,8 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
                         char *const *argv, char *const *envp, const struct sl_rt_mount *mounts,
                         size_t nmounts, const struct sl_rt_caps *caps,
                         const struct sl_rt_egress *egress, int64_t deadline_us,
-                        int session_fd, int exec_cg_fd, struct sl_spawn_proc *proc,
-                        int *net_slot, struct sl_error *err)
+                        int session_fd, int exec_cg_fd, int stdin_fd,
+                        struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err)
 {
     if (net_slot)
         *net_slot = -1;
@@ -121,6 +121,8 @@ static int rt_spawn_env(struct sl_runtime *rt, unsigned ns, const char *root, ui
         .envp = envp ? envp : no_env,
         .deadline_us = deadline_us,
         .session_fd = session_fd,
+        .has_stdin = stdin_fd >= 0,
+        .stdin_fd = stdin_fd,
         .mounts = smounts,
         .nmounts = nmounts,
     };
@@ -158,7 +160,7 @@ int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, ch
              struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err)
 {
     return rt_spawn_env(rt, ns, root, uid, argv, NULL, mounts, nmounts, caps, egress,
-                        deadline_us, session_fd, -1, proc, net_slot, err);
+                        deadline_us, session_fd, -1, -1, proc, net_slot, err);
 }
 
 /* One-shot: the launcher is sandloom-init itself, built for this one
@@ -183,7 +185,8 @@ static int rt_oneshot_launch(struct sl_runtime *rt, unsigned ns,
     sl_error_clear(&spawn_err);
     if (rt_spawn_env(rt, ns, req->sandbox_root, req->uid, init_argv, req->envp, req->mounts,
                      req->nmounts, &req->caps, &req->egress, x->deadline_us, -1, x->cg_procs_fd,
-                     &x->proc, &x->net_slot, &spawn_err) < 0) {
+                     req->has_stdin ? req->stdin_fd : -1, &x->proc, &x->net_slot,
+                     &spawn_err) < 0) {
         if (spawn_err.errnum == ETIMEDOUT) {
             /* The deadline passed while the sandbox was being built: the
              * same outcome as a command killed at its deadline. */

@@ -116,6 +116,11 @@ struct sl_rt_exec_request {
         void (*write)(void *ctx, int stream, const char *data, size_t len); /* 0 out, 1 err */
         void *ctx;
     } output;
+    /* The command's stdin when has_stdin (the caller's, e.g. a pipe's read
+     * end; the runtime passes a copy and the caller keeps its own), else
+     * /dev/null as in the reference. */
+    bool has_stdin;
+    int stdin_fd;
 };
 
 struct sl_rt_exec_result {
@@ -158,6 +163,10 @@ int sl_rt_exec_start(struct sl_runtime *rt, const struct sl_rt_exec_request *req
  * process group, grace, SIGKILL, grace). Returns whether the execution was
  * still running. Thread-safe; the end arrives through `done`. */
 bool sl_rt_exec_cancel(struct sl_rt_exec *x);
+/* A client's signal (SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT) to the
+ * command's process group, once; the command's exit code then says -N if
+ * it died of it. Returns whether it was still running. Thread-safe. */
+bool sl_rt_exec_signal(struct sl_rt_exec *x, int sig);
 /* SIGKILL now, no grace (worker shutdown). */
 void sl_rt_exec_kill(struct sl_rt_exec *x);
 void sl_rt_exec_put(struct sl_rt_exec *x);

@@ -285,10 +285,12 @@ static int session_send(struct rt_session *s, const struct sl_rt_exec_request *r
 
 /* Pipes and the status socket of one execution. Parent ends in mine[],
  * the ends handed to init in theirs[] (stdin, stdout, stderr, status). */
-static int exec_fds(int mine[3], int theirs[SL_SESSION_NFDS])
+static int exec_fds(const struct sl_rt_exec_request *req, int mine[3],
+                    int theirs[SL_SESSION_NFDS])
 {
     int out[2], err[2], st[2];
-    theirs[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    theirs[0] = req->has_stdin ? fcntl(req->stdin_fd, F_DUPFD_CLOEXEC, 3)
+                               : open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (theirs[0] < 0)
         return -1;
     if (pipe2(out, O_CLOEXEC) < 0) {
@@ -387,7 +389,7 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
         /* After session_get: a first execution has just made the cgroup. */
         x->oom_before = rt->cgroups ? sl_cgroup_oom_kills(rt->cgroups, req->uid) : -1;
         int mine[3], theirs[SL_SESSION_MAX_NFDS];
-        if (exec_fds(mine, theirs) < 0) {
+        if (exec_fds(req, mine, theirs) < 0) {
             session_release_exec(rt, s, false);
             return sl_error_errno(err, SL_E_RUNTIME, "cannot create the execution's pipes");
         }

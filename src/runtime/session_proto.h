@@ -13,8 +13,8 @@
  * closes its end of the status socket first (deadline, cancel), init kills
  * the command's process group. Before that the runtime may write one byte
  * to the status socket: SL_SESSION_TERM asks init to send SIGTERM to the
- * command's process group, SL_SESSION_KILL SIGKILL (the status still
- * follows). If the control socket closes, the daemon is gone: init kills
+ * command's process group, SL_SESSION_KILL SIGKILL, a signal's number that
+ * signal (the status still follows). If the control socket closes, the daemon is gone: init kills
  * everything and exits. */
 #ifndef SL_RUNTIME_SESSION_PROTO_H
 #define SL_RUNTIME_SESSION_PROTO_H
@@ -39,6 +39,9 @@
 #define SL_SESSION_MAX_NFDS 5
 #define SL_SESSION_TERM 'T'
 #define SL_SESSION_KILL 'K'
+/* A byte from 1 to SL_SESSION_MAX_SIGNAL asks for that signal (a client's
+ * SIGINT, SIGHUP, SIGQUIT) to the group; the letters above are beyond it. */
+#define SL_SESSION_MAX_SIGNAL 64
 /* argv and env of the API fit far below this (16 MiB + 8 MiB). */
 #define SL_SESSION_MAX_PAYLOAD (32u * 1024 * 1024)
 #define SL_SESSION_MAX_ITEMS 4096u

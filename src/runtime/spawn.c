@@ -1148,7 +1148,9 @@ int sl_spawn_start(const struct sl_spawn_layout *lay, const struct sl_spawn_requ
                             "sandbox setup failed: sandbox root path too long");
 
     int out[2] = {-1, -1}, errp[2] = {-1, -1}, sync[2] = {-1, -1}, report[2] = {-1, -1};
-    int null_fd = fd_above_stdio(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    /* "null_fd": the launcher's stdin, /dev/null unless the caller gave one. */
+    int null_fd = fd_above_stdio(req->has_stdin ? fcntl(req->stdin_fd, F_DUPFD_CLOEXEC, 3)
+                                                : open("/dev/null", O_RDONLY | O_CLOEXEC));
     int pidfd = -1, rc = -1;
     /* The "go" channel is a socket so that writing to a child that died
      * meanwhile fails with EPIPE instead of raising SIGPIPE in the daemon. */

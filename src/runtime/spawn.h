@@ -71,6 +71,8 @@ struct sl_spawn_request {
     int64_t deadline_us; /* monotonic; the setup must finish before it */
     const int *cgroup_fds; /* cgroup.procs files the child is placed in before it goes */
     int session_fd;        /* >= 0: kept open across exec (session control socket) */
+    bool has_stdin;        /* stdin_fd is the command's stdin; else /dev/null */
+    int stdin_fd;
     size_t n_cgroup_fds;
     const struct sl_spawn_mount *mounts; /* template trees, after the persistent dirs */
     size_t nmounts;

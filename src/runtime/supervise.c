@@ -120,7 +120,9 @@ static void deliver(struct sl_rt_exec *x, int sig)
             (void)kill(-x->proc.pid, SIGKILL);
         return;
     }
-    char byte = sig == SIGKILL ? SL_SESSION_KILL : SL_SESSION_TERM;
+    char byte = sig == SIGKILL   ? SL_SESSION_KILL
+                : sig == SIGTERM ? SL_SESSION_TERM
+                                 : (char)sig;
     if (x->status_fd < 0 || send(x->status_fd, &byte, 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) {
         /* init cannot be told: closing the socket makes it kill the group. */
         watch_del(x->rt, x->status_fd);
@@ -484,6 +486,12 @@ static void take_requests(struct sl_runtime *rt)
             } else if (x->cancel_requested) {
                 terminate(x, now);
             }
+            int sig = x->client_signal;
+            x->client_signal = 0;
+            /* A client's signal, once, to the command as the termination
+             * sequence signals it; the command decides what it means. */
+            if (sig && !x->finished && x->phase == PH_RUN)
+                deliver(x, sig);
         }
         sl_rt_exec_put(x); /* the queue's reference */
     }
@@ -693,6 +701,19 @@ bool sl_rt_exec_cancel(struct sl_rt_exec *x)
     bool running = !x->finished && x->launched;
     if (running)
         x->cancel_requested = true;
+    pthread_mutex_unlock(&rt->sup.lock);
+    if (running)
+        enqueue(x);
+    return running;
+}
+
+bool sl_rt_exec_signal(struct sl_rt_exec *x, int sig)
+{
+    struct sl_runtime *rt = x->rt;
+    pthread_mutex_lock(&rt->sup.lock);
+    bool running = !x->finished && x->launched;
+    if (running)
+        x->client_signal = sig;
     pthread_mutex_unlock(&rt->sup.lock);
     if (running)
         enqueue(x);

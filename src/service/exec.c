@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,7 +134,12 @@ struct svc_exec {
      * finished, with the final answer, once the record is written. */
     struct sl_outlog *log;
     bool ran;                  /* launched: the record's output is the log's */
+    /* The write end of its stdin when started with stdin open (-1: none or
+     * closed); stdin_lock orders writers and the close at completion. */
+    int stdin_fd;
+    pthread_mutex_t stdin_lock;
     atomic_bool cancelled;     /* the client asked (API.md §3.11) */
+    atomic_bool signalled;     /* the client sent a signal (ours) */
     sl_exec_wait_fn wait;      /* NULL for background runs */
     void *wait_ctx;
     struct svc_exec *next;     /* in svc->execs */
@@ -150,6 +156,9 @@ static void svc_exec_put(struct svc_exec *x)
     sl_rt_exec_put(x->rt);
     sl_rt_exec_result_free(&x->res);
     sl_outlog_put(x->log);
+    if (x->stdin_fd >= 0)
+        close(x->stdin_fd);
+    pthread_mutex_destroy(&x->stdin_lock);
     free(x->rec.stdout_text);
     free(x->rec.stderr_text);
     free(x->sandbox_id);
@@ -415,6 +424,7 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
     const char *reason = res->oom_killed                                    ? "OOM_KILLED"
                          : res->timed_out                                   ? "TIMED_OUT"
                          : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED_BY_CLIENT"
+                         : atomic_load(&x->signalled) && res->exit_code < 0 ? "SIGNALLED_BY_CLIENT"
                                                                             : "";
     snprintf(rec->termination_reason, sizeof(rec->termination_reason), "%s", reason);
 }
@@ -424,6 +434,12 @@ static void completion_job(void *arg)
     struct svc_exec *x = arg;
     atomic_fetch_sub(&x->svc->running_execs, 1);
     x->ran = true;
+    /* Its stdin goes with it: a writer waiting for room gives up. */
+    pthread_mutex_lock(&x->stdin_lock);
+    if (x->stdin_fd >= 0)
+        close(x->stdin_fd);
+    x->stdin_fd = -1;
+    pthread_mutex_unlock(&x->stdin_lock);
     record_result(x->svc, x);
     complete(x, x->res.duration_ms);
 }
@@ -540,6 +556,25 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         .max_output_bytes = (size_t)cfg->max_output_bytes,
         .output = {.write = log_output, .ctx = x->log},
     };
+    /* Ours: stdin a pipe the client writes to (sl_svc_exec_stdin); the
+     * command gets the read end, the service keeps the write end. */
+    _cleanup_close_ int stdin_read = -1;
+    if (req->stdin_open) {
+        int p[2];
+        if (pipe2(p, O_CLOEXEC) < 0) {
+            free(argv);
+            sl_env_free(&env);
+            record_failure(&x->rec, "RuntimeError", "cannot create the command's stdin");
+            return false;
+        }
+        (void)fcntl(p[1], F_SETFL, O_NONBLOCK);
+        stdin_read = p[0];
+        pthread_mutex_lock(&x->stdin_lock); /* a writer may find x already */
+        x->stdin_fd = p[1];
+        pthread_mutex_unlock(&x->stdin_lock);
+        rreq.has_stdin = true;
+        rreq.stdin_fd = stdin_read;
+    }
     /* The attached templates, read-only at /envs/<name> (API.md §6.5). */
     struct sl_rt_mount *mounts = NULL;
     size_t nmounts = 0;
@@ -680,6 +715,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     x->svc = svc;
     atomic_init(&x->refs, 1);
     x->global_fd = x->scope_fd = -1;
+    x->stdin_fd = -1;
+    pthread_mutex_init(&x->stdin_lock, NULL);
     x->sandbox_id = strdup(sandbox_id);
     x->exec_id = strdup(req->exec_id);
     x->command_json = sl_json_dumps(req->request);
@@ -957,6 +994,114 @@ json_t *sl_svc_exec_get_from(struct sl_service *svc, const char *sandbox_id, con
     if (!view)
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     return view;
+}
+
+/* The running command (a reference the caller puts), or NULL with err:
+ * 409 SANDBOX_EXEC_NOT_RUNNING when its record says it ended, 404. */
+static struct svc_exec *find_running(struct sl_service *svc, const char *sandbox_id,
+                                     const char *exec_id, struct sl_error *err)
+{
+    struct svc_exec *found = NULL;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x && !found; x = x->next)
+        if (strcmp(x->sandbox_id, sandbox_id) == 0 && strcmp(x->exec_id, exec_id) == 0) {
+            atomic_fetch_add(&x->refs, 1);
+            found = x;
+        }
+    pthread_mutex_unlock(&svc->execs_lock);
+    if (found)
+        return found;
+    struct sl_exec_record rec = {0};
+    int got = svc->store->ops->exec_get(svc->store, sandbox_id, exec_id, &rec, err);
+    sl_exec_record_clear(&rec);
+    if (got > 0)
+        sl_error_set(err, SL_E_EXEC_NOT_RUNNING, 0, "the command has ended");
+    else if (got == 0)
+        sl_error_set(err, SL_E_EXEC_NOT_FOUND, 0, "execution not found");
+    return NULL;
+}
+
+/* Write what fits within the wait; -1 with errno on a broken pipe. */
+static ssize_t write_within(int fd, const char *data, size_t len, int64_t until_us)
+{
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = write(fd, data + done, len - done);
+        if (n > 0) {
+            done += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno != EAGAIN)
+            return done ? (ssize_t)done : -1;
+        int64_t left_ms = (until_us - sl_mono_us()) / 1000;
+        if (left_ms <= 0)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        if (poll(&p, 1, (int)left_ms) <= 0)
+            break;
+    }
+    return (ssize_t)done;
+}
+
+json_t *sl_svc_exec_stdin(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                          int64_t generation, const char *data, size_t len, bool close_it,
+                          struct sl_error *err)
+{
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    struct svc_exec *x = find_running(svc, sandbox_id, exec_id, err);
+    if (!x)
+        return NULL;
+    ssize_t written = 0;
+    pthread_mutex_lock(&x->stdin_lock);
+    bool open_ = x->stdin_fd >= 0;
+    if (open_ && len) {
+        /* A command that ended meanwhile closed the pipe's other end
+         * (EPIPE): then it is no longer running, as far as stdin goes. */
+        written = write_within(x->stdin_fd, data, len, sl_mono_us() + SL_STDIN_WAIT_MS * 1000);
+        if (written < 0) {
+            close(x->stdin_fd);
+            x->stdin_fd = -1;
+            open_ = false;
+        }
+    }
+    if (open_ && close_it) {
+        close(x->stdin_fd);
+        x->stdin_fd = -1;
+    }
+    pthread_mutex_unlock(&x->stdin_lock);
+    svc_exec_put(x);
+    if (!open_) {
+        sl_error_set(err, SL_E_STDIN_CLOSED, 0,
+                     written < 0 ? "the command closed its stdin"
+                                 : "the command has no stdin open: start it with \"stdin\": "
+                                   "true, and write before closing it");
+        return NULL;
+    }
+    svc_live_touch(svc, sandbox_id);
+    return json_pack("{s:I,s:b}", "written", (json_int_t)written, "closed", close_it);
+}
+
+json_t *sl_svc_exec_signal(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                           int64_t generation, int sig, struct sl_error *err)
+{
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+        return NULL;
+    struct svc_exec *x = find_running(svc, sandbox_id, exec_id, err);
+    if (!x)
+        return NULL;
+    bool sent = false;
+    pthread_mutex_lock(&svc->execs_lock);
+    if (x->rt) {
+        sent = sl_rt_exec_signal(x->rt, sig);
+        if (sent)
+            atomic_store(&x->signalled, true);
+    }
+    pthread_mutex_unlock(&svc->execs_lock);
+    svc_exec_put(x);
+    return json_pack("{s:b}", "signalled", sent);
 }
 
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,

@@ -146,6 +146,7 @@ struct sl_exec_request {
     int64_t timeout_seconds; /* 0 = default */
     bool background;
     bool stream;            /* ours: answered at once, output read with sl_svc_exec_attach */
+    bool stdin_open;        /* ours: stdin is a pipe fed by sl_svc_exec_stdin, not /dev/null */
     const char *exec_scope; /* NULL = unscoped */
     const json_t *request;  /* the validated request object, stored as command_json */
 };
@@ -175,6 +176,20 @@ int sl_svc_exec_attach(struct sl_service *svc, const char *sandbox_id, const cha
 json_t *sl_svc_exec_get_from(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                              int64_t generation, const int64_t offsets[2],
                              struct sl_error *err);
+/* Ours: bytes for a running command's stdin (it was started with stdin
+ * open), and/or its end (close). Waits at most SL_STDIN_WAIT_MS for room
+ * in the pipe; {"written": n, "closed": bool}: fewer than len written means
+ * the command is not reading, and the caller sends the rest later. 409
+ * SANDBOX_STDIN_CLOSED (none, or closed), SANDBOX_EXEC_NOT_RUNNING. */
+#define SL_STDIN_WAIT_MS 2000
+#define SL_STDIN_MAX_BYTES (1024 * 1024)
+json_t *sl_svc_exec_stdin(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                          int64_t generation, const char *data, size_t len, bool close_it,
+                          struct sl_error *err);
+/* Ours: a signal (SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT) to a running
+ * command: {"signalled": bool} (false: it had ended). */
+json_t *sl_svc_exec_signal(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                           int64_t generation, int sig, struct sl_error *err);
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);

@@ -367,3 +367,122 @@ def test_hundreds_of_open_streams_are_not_a_thread_each(daemon, new_sandbox):
     for e in streams:
         assert [x[0] for x in collect(e)[2]][-1] == "end"
         e.close()
+
+
+# -- input and signals -------------------------------------------------------------
+def stdin(daemon, sb, exec_id, **body):
+    return daemon.client().post(f"{sb.path}/exec/{exec_id}/stdin", json=body,
+                                params={"generation": sb.generation})
+
+
+def signal_(daemon, sb, exec_id, name):
+    return daemon.client().post(f"{sb.path}/exec/{exec_id}/signal", json={"signal": name},
+                                params={"generation": sb.generation})
+
+
+def test_stdin_round_trips_through_cat_byte_exact(daemon, ready_sandbox):
+    sb = ready_sandbox
+    ev = start_stream(daemon, sb, ["cat"], exec_id="cat-1", stdin=True)
+    assert ev.status == 200
+    r = stdin(daemon, sb, "cat-1", data="hello é\n")
+    assert r.status == 200 and r.body == {"written": 9, "closed": False}, r
+    blob = bytes(range(256)) * 4
+    r = stdin(daemon, sb, "cat-1", data_base64=base64.b64encode(blob).decode(), close=True)
+    assert r.status == 200 and r.body == {"written": 1024, "closed": True}, r
+    out, err, events = collect(ev)
+    assert out == "hello é\n".encode() + blob
+    assert events[-1][2]["status"] == "SUCCEEDED"
+    # Closed, and then ended: refused with a named code.
+    r = stdin(daemon, sb, "cat-1", data="more")
+    assert r.status == 409 and r.body["detail"]["code"] in ("SANDBOX_STDIN_CLOSED",
+                                                            "SANDBOX_EXEC_NOT_RUNNING")
+
+
+def test_python_interactive_reads_its_stdin_as_it_comes(daemon, ready_sandbox):
+    sb = ready_sandbox
+    ev = start_stream(daemon, sb, ["python3", "-i", "-q"], exec_id="py-1", stdin=True)
+    assert ev.status == 200
+    assert stdin(daemon, sb, "py-1", data="x = 6 * 7\n").status == 200
+    assert stdin(daemon, sb, "py-1", data="print(x)\n").status == 200
+    # The answer comes while stdin is still open: it runs as it reads.
+    got = {"stdout": b"", "stderr": b""}  # stderr: the prompts
+    deadline = time.time() + 10
+    while b"42" not in got["stdout"]:
+        assert time.time() < deadline, got
+        name, eid, data = ev.next()
+        if name in got:
+            got[name] += chunk_bytes(data)
+    assert got["stdout"] == b"42\n"
+    assert stdin(daemon, sb, "py-1", close=True).body["closed"] is True
+    out, err, events = collect(ev, start=(len(got["stdout"]), len(got["stderr"])))
+    assert events[-1][2]["exit_code"] == 0
+
+
+def test_stdin_needs_a_command_started_with_it_and_is_bounded(daemon, ready_sandbox):
+    sb = ready_sandbox
+    r = sb.exec(["sleep", "5"], exec_id="nostdin", background=True, exec_scope="a-scope")
+    assert r.status == 200
+    r = stdin(daemon, sb, "nostdin", data="x")
+    assert r.status == 409 and r.body["detail"]["code"] == "SANDBOX_STDIN_CLOSED"
+    r = stdin(daemon, sb, "missing", data="x")
+    assert r.status == 404 and r.body["detail"]["code"] == "EXEC_NOT_FOUND"
+    r = stdin(daemon, sb, "nostdin", data="x", data_base64="eA==")
+    assert r.status == 422
+    r = stdin(daemon, sb, "nostdin", data_base64="not base64!")
+    assert r.status == 422 and r.body["detail"]["errors"][0]["field"] == "data_base64"
+    # A command that does not read: what its pipe takes, then `written` says
+    # how much, within the wait.
+    r = sb.exec(["sleep", "30"], exec_id="noread", background=True, stdin=True,
+                exec_scope="b-scope")
+    assert r.status == 200
+    t0 = time.monotonic()
+    r = stdin(daemon, sb, "noread", data_base64=base64.b64encode(b"z" * (1 << 20)).decode())
+    assert r.status == 200 and 0 < r.body["written"] < (1 << 20), r.body
+    assert time.monotonic() - t0 < 10
+    signal_(daemon, sb, "noread", "SIGKILL")
+    signal_(daemon, sb, "nostdin", "SIGKILL")
+
+
+def test_signals_reach_the_running_command(daemon, ready_sandbox):
+    sb = ready_sandbox
+    script = ("trap 'echo got INT; exit 5' INT; echo ready; "
+              "while :; do sleep 0.1; done")
+    ev = start_stream(daemon, sb, ["sh", "-c", script], exec_id="sig-1")
+    name, eid, data = ev.next()
+    assert chunk_bytes(data) == b"ready\n"
+    r = signal_(daemon, sb, "sig-1", "SIGINT")
+    assert r.status == 200 and r.body == {"signalled": True}
+    out, err, events = collect(ev, start=(6, 0))
+    assert out == b"got INT\n"
+    assert events[-1][2]["exit_code"] == 5  # the command chose how to end
+    # SIGKILL: it dies of it, and the record says who did it.
+    r = sb.exec(["sleep", "30"], exec_id="sig-2", background=True)
+    assert signal_(daemon, sb, "sig-2", "SIGKILL").body == {"signalled": True}
+    deadline = time.time() + 10
+    while True:
+        p = daemon.client().get(f"{sb.path}/exec/sig-2", params={"generation": sb.generation})
+        if p.body["status"] != "RUNNING" or time.time() > deadline:
+            break
+        time.sleep(0.1)
+    assert p.body["exit_code"] == -9 and p.body["termination_reason"] == "SIGNALLED_BY_CLIENT"
+    # Ended: 409; unknown signal: 422.
+    r = signal_(daemon, sb, "sig-2", "SIGINT")
+    assert r.status == 409 and r.body["detail"]["code"] == "SANDBOX_EXEC_NOT_RUNNING"
+    r = signal_(daemon, sb, "sig-2", "SIGSTOP")
+    assert r.status == 422 and r.body["detail"]["errors"][0]["field"] == "signal"
+
+
+def test_stdin_and_streams_work_without_warm_sessions(daemon_factory):
+    """SANDBOX_SESSION_IDLE_SECONDS=0: a fresh sandbox per command (the
+    one-shot launcher) gets the same stdin pipe and output log."""
+    from sandloom_client import Sandbox
+    d = daemon_factory({"SANDBOX_SESSION_IDLE_SECONDS": "0"})
+    sb = Sandbox(d.client(), "oneshot-" + uuid.uuid4().hex[:8], "scope-" + uuid.uuid4().hex[:8])
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    ev = start_stream(d, sb, ["sh", "-c", "read a; echo got $a; cat"], exec_id="os-1",
+                      stdin=True)
+    assert ev.status == 200
+    assert stdin(d, sb, "os-1", data="one\ntwo\n", close=True).body["written"] == 8
+    out, err, events = collect(ev)
+    assert out == b"got one\ntwo\n" and events[-1][2]["exit_code"] == 0
+    sb.release()
