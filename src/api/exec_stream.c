@@ -27,9 +27,12 @@ struct exec_stream {
     char sandbox_id[SANDBOX_ID_MAX + 1];
     struct sl_outlog *log;
     struct sl_outlog_waiter waiter;
+    struct sl_outlog_reader reader; /* holds the command back (backpressure) */
+    bool holding;                   /* reader registered (the ticker may let go) */
     uint64_t off[2];
-    int prefer;    /* the stream read first next time: they take turns */
-    char *pending; /* an encoded event being sent */
+    uint64_t skipped[2]; /* what its gaps said, per stream: in its end event */
+    int prefer;          /* the stream read first next time: they take turns */
+    char *pending;       /* an encoded event being sent */
     size_t pending_len, pending_pos, pending_cap;
     bool done; /* the end event is out (or being sent) */
     atomic_bool keepalive_due;
@@ -40,7 +43,7 @@ static struct {
     pthread_mutex_t lock;
     struct exec_stream *all;
     int count;
-    int64_t per_sandbox, per_worker, keepalive_us;
+    int64_t per_sandbox, per_worker, keepalive_us, stall_us;
     pthread_t ticker;
     bool started;
     pthread_cond_t stop_cond;
@@ -94,31 +97,38 @@ static int putf(struct exec_stream *s, const char *fmt, ...)
     return put(s, line, (size_t)n);
 }
 
-/* JSON string content of valid UTF-8 (quotes not included): nothing a
- * data: line cannot carry (no CR or LF) is left raw. */
+/* The bytes a JSON string cannot carry raw (and CR and LF, which a data:
+ * line cannot): how each is escaped (0: copied as it is). */
+static const char escape_as[256] = {
+    [0x00] = 'u', [0x01] = 'u', [0x02] = 'u', [0x03] = 'u',  [0x04] = 'u', [0x05] = 'u',
+    [0x06] = 'u', [0x07] = 'u', [0x08] = 'b', [0x09] = 't',  [0x0a] = 'n', [0x0b] = 'u',
+    [0x0c] = 'f', [0x0d] = 'r', [0x0e] = 'u', [0x0f] = 'u',  [0x10] = 'u', [0x11] = 'u',
+    [0x12] = 'u', [0x13] = 'u', [0x14] = 'u', [0x15] = 'u',  [0x16] = 'u', [0x17] = 'u',
+    [0x18] = 'u', [0x19] = 'u', [0x1a] = 'u', [0x1b] = 'u',  [0x1c] = 'u', [0x1d] = 'u',
+    [0x1e] = 'u', [0x1f] = 'u', ['"'] = '"',  ['\\'] = '\\', [0x7f] = 'u',
+};
+
+/* JSON string content of valid UTF-8 (quotes not included). */
 static int put_json_text(struct exec_stream *s, const unsigned char *p, size_t len)
 {
     if (reserve(s, len * 6) < 0)
         return -1;
     char *o = s->pending + s->pending_len;
+    static const char hex[] = "0123456789abcdef";
     for (size_t i = 0; i < len; i++) {
         unsigned char c = p[i];
-        if (c == '"' || c == '\\') {
-            *o++ = '\\';
+        char e = escape_as[c];
+        if (!e) {
             *o++ = (char)c;
-        } else if (c == '\n') {
-            *o++ = '\\';
-            *o++ = 'n';
-        } else if (c == '\t') {
-            *o++ = '\\';
-            *o++ = 't';
-        } else if (c == '\r') {
-            *o++ = '\\';
-            *o++ = 'r';
-        } else if (c < 0x20 || c == 0x7f) {
-            o += sprintf(o, "\\u%04x", c);
+        } else if (e != 'u') {
+            o[0] = '\\';
+            o[1] = e;
+            o += 2;
         } else {
-            *o++ = (char)c;
+            memcpy(o, "\\u00", 4);
+            o[4] = hex[c >> 4];
+            o[5] = hex[c & 15];
+            o += 6;
         }
     }
     s->pending_len = (size_t)(o - s->pending);
@@ -133,6 +143,16 @@ static size_t utf8_prefix(const unsigned char *p, size_t len, bool *tail)
     size_t i = 0;
     *tail = false;
     while (i < len) {
+        /* ASCII, eight bytes at a time: most output is. */
+        while (i + 8 <= len) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            if (w & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= len)
+            break;
         unsigned char c = p[i];
         size_t n = c < 0x80             ? 1
                    : (c & 0xe0) == 0xc0 ? 2
@@ -173,6 +193,7 @@ static int encode_chunk(struct exec_stream *s, const struct sl_outlog_chunk *c, 
 {
     int i = c->stream;
     if (c->skipped) {
+        s->skipped[i] += c->skipped;
         s->off[i] = c->offset;
         if (put_id(s) < 0 ||
             putf(s, "event: gap\ndata: {\"stream\":\"%s\",\"offset\":%llu,\"skipped\":%llu}\n\n",
@@ -210,8 +231,14 @@ static int encode_chunk(struct exec_stream *s, const struct sl_outlog_chunk *c, 
 
 static int encode_end(struct exec_stream *s)
 {
-    const json_t *end = sl_outlog_end(s->log);
+    /* The command's answer, and what this reader missed (its gaps). */
+    json_t *end = json_deep_copy(sl_outlog_end(s->log));
+    if (end) {
+        json_object_set_new(end, "stdout_skipped", json_integer((json_int_t)s->skipped[0]));
+        json_object_set_new(end, "stderr_skipped", json_integer((json_int_t)s->skipped[1]));
+    }
     char *doc = end ? json_dumps(end, JSON_COMPACT) : NULL;
+    json_decref(end);
     int rc = -1;
     if (doc && put_id(s) == 0 && putf(s, "event: end\ndata: ") == 0 &&
         put(s, doc, strlen(doc)) == 0 && put(s, "\n\n", 2) == 0)
@@ -256,6 +283,8 @@ static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
             s->prefer = !c.stream;
             if (encode_chunk(s, &c, chunk, sl_outlog_end(s->log) != NULL) < 0)
                 return -1;
+            s->reader.moved_us = sl_mono_us();
+            sl_outlog_advance(s->log, &s->reader, s->off);
             continue;
         }
         if (rc < 0) {
@@ -280,7 +309,11 @@ static void stream_close(struct sl_body_source *src)
     if (s->next)
         s->next->prev = s->prev;
     reg.count--;
+    bool holding = s->holding;
+    s->holding = false;
     pthread_mutex_unlock(&reg.lock);
+    if (holding)
+        sl_outlog_unhold(s->log, &s->reader); /* a paused command goes on */
     /* A stream closes only while it is not waiting (its connection is not
      * suspended), so nobody else can wake it now. */
     (void)sl_outlog_unwait(s->log, &s->waiter);
@@ -305,6 +338,9 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
     s->log = log;
     s->off[0] = off[0];
     s->off[1] = off[1];
+    s->reader.off[0] = off[0];
+    s->reader.off[1] = off[1];
+    s->reader.moved_us = sl_mono_us();
     atomic_init(&s->last_send_us, sl_mono_us());
     pthread_mutex_lock(&reg.lock);
     int here = 0;
@@ -318,7 +354,11 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
         reg.all = s;
         reg.count++;
     }
+    if (!over)
+        s->holding = true;
     pthread_mutex_unlock(&reg.lock);
+    if (!over)
+        sl_outlog_hold(log, &s->reader);
     if (over) {
         sl_error_set(err, SL_E_STREAM_LIMIT, 0,
                      here >= reg.per_sandbox
@@ -382,6 +422,17 @@ static void *ticker_main(void *arg)
                 atomic_store(&s->last_send_us, now);
                 due[n++] = s;
             }
+        /* A reader that holds a paused command and has not read for
+         * SANDBOX_STREAM_STALL_SECONDS lets go of it: the command goes on,
+         * and the reader gets a gap if it ever reads again. Under reg.lock,
+         * so the stream cannot be closed meanwhile (nothing on the way to
+         * the runtime takes reg.lock). */
+        for (struct exec_stream *s = reg.all; s; s = s->next)
+            if (s->holding && now - s->reader.moved_us >= reg.stall_us &&
+                sl_outlog_paused(s->log)) {
+                s->holding = false;
+                sl_outlog_unhold(s->log, &s->reader);
+            }
         pthread_mutex_unlock(&reg.lock);
         for (size_t i = 0; i < n; i++)
             due[i]->src.wake(due[i]->src.wake_ctx);
@@ -396,6 +447,7 @@ int sl_exec_streams_start(const struct sl_config *cfg, struct sl_error *err)
     reg.per_sandbox = cfg->max_streams_per_sandbox;
     reg.per_worker = cfg->max_streams;
     reg.keepalive_us = cfg->stream_keepalive_seconds * 1000000;
+    reg.stall_us = cfg->stream_stall_seconds * 1000000;
     reg.stopping = false;
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

@@ -15,7 +15,9 @@
  *
  *   event: end
  *   data: the exec answer without its output, with stdout_bytes and
- *         stderr_bytes; the stream then closes.
+ *         stderr_bytes (what the command produced) and stdout_skipped and
+ *         stderr_skipped (what this stream's gaps left out); the stream
+ *         then closes.
  *
  * and a comment (": keepalive") after SANDBOX_STREAM_KEEPALIVE_SECONDS of
  * silence. A reconnect with Last-Event-ID (or ?offset=S:E) goes on right

@@ -95,6 +95,7 @@ struct sl_rt_exec {
     int32_t wstatus;
     int net_slot; /* one-shot, private network mode: detached when it ends; -1 none */
     struct sl_rt_output output; /* the caller's sink, or write NULL: res.out/err */
+    bool paused[2];             /* the sink paused this pipe: not watched (supervisor's) */
     /* state */
     bool exited, got_status;
     int phase;
@@ -104,6 +105,7 @@ struct sl_rt_exec {
     /* guarded by sup.lock */
     bool finished, queued, cancel_requested, kill_now;
     int client_signal; /* sl_rt_exec_signal's, 0 = none */
+    bool resume_output; /* sl_rt_exec_resume_output asked */
     struct sl_rt_exec *queue_next, *prev, *next;
     struct sl_rt_exec *reap_next; /* finished: released after the epoll batch */
 };

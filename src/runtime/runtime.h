@@ -110,10 +110,13 @@ struct sl_rt_exec_request {
     /* Where the output goes as it is read, when write is set: every byte,
      * on the supervisor thread (write must not block), and the result's
      * out/err stay empty (what is kept, and `truncated` for what is not,
-     * is then the sink's to say). Unset: the first max_output_bytes of
-     * each stream are kept in the result. */
+     * is then the sink's to say). write returns false when it wants no
+     * more of that stream for now (a reader is behind): the pipe is not
+     * read again (the command blocks writing to it) until
+     * sl_rt_exec_resume_output; the deadline still holds. Unset: the first
+     * max_output_bytes of each stream are kept in the result. */
     struct sl_rt_output {
-        void (*write)(void *ctx, int stream, const char *data, size_t len); /* 0 out, 1 err */
+        bool (*write)(void *ctx, int stream, const char *data, size_t len); /* 0 out, 1 err */
         void *ctx;
     } output;
     /* The command's stdin when has_stdin (the caller's, e.g. a pipe's read
@@ -167,6 +170,8 @@ bool sl_rt_exec_cancel(struct sl_rt_exec *x);
  * command's process group, once; the command's exit code then says -N if
  * it died of it. Returns whether it was still running. Thread-safe. */
 bool sl_rt_exec_signal(struct sl_rt_exec *x, int sig);
+/* Read the pipes a sink paused again. Thread-safe. */
+void sl_rt_exec_resume_output(struct sl_rt_exec *x);
 /* SIGKILL now, no grace (worker shutdown). */
 void sl_rt_exec_kill(struct sl_rt_exec *x);
 void sl_rt_exec_put(struct sl_rt_exec *x);

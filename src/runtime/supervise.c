@@ -409,6 +409,12 @@ static void on_timer(struct sl_rt_exec *x)
         arm_timer(x, now + x->grace_us);
         break;
     case PH_LINGER:
+        /* Output still waits in a paused pipe: the answer waits for it
+         * (its reader), up to the deadline. */
+        if ((x->paused[0] || x->paused[1]) && now < x->deadline_us) {
+            arm_timer(x, now + LINGER_MS * 1000);
+            break;
+        }
         finish(x); /* the command is over; its background jobs live on */
         break;
     default:
@@ -440,7 +446,13 @@ static void drain(struct sl_runtime *rt, struct sl_rt_exec *x, int *fd, int stre
     for (int i = 0; i < CHUNKS_PER_EVENT; i++) {
         ssize_t n = read(*fd, rt->sup.chunk, READ_CHUNK);
         if (n > 0 && x->output.write) {
-            x->output.write(x->output.ctx, stream, rt->sup.chunk, (size_t)n);
+            if (!x->output.write(x->output.ctx, stream, rt->sup.chunk, (size_t)n)) {
+                /* A reader is behind: the pipe waits (and the command with
+                 * it) until the sink asks for more. */
+                watch_del(rt, *fd);
+                x->paused[stream] = true;
+                return;
+            }
             if ((size_t)n < READ_CHUNK)
                 return;
             continue;
@@ -485,6 +497,14 @@ static void take_requests(struct sl_runtime *rt)
                 finish(x);
             } else if (x->cancel_requested) {
                 terminate(x, now);
+            }
+            if (x->resume_output && !x->finished) {
+                x->resume_output = false;
+                if (x->paused[0] && x->out_fd >= 0)
+                    watch_add(rt, x, TAG_OUT, x->out_fd);
+                if (x->paused[1] && x->err_fd >= 0)
+                    watch_add(rt, x, TAG_ERR, x->err_fd);
+                x->paused[0] = x->paused[1] = false;
             }
             int sig = x->client_signal;
             x->client_signal = 0;
@@ -705,6 +725,18 @@ bool sl_rt_exec_cancel(struct sl_rt_exec *x)
     if (running)
         enqueue(x);
     return running;
+}
+
+void sl_rt_exec_resume_output(struct sl_rt_exec *x)
+{
+    struct sl_runtime *rt = x->rt;
+    pthread_mutex_lock(&rt->sup.lock);
+    bool running = !x->finished;
+    if (running)
+        x->resume_output = true;
+    pthread_mutex_unlock(&rt->sup.lock);
+    if (running)
+        enqueue(x);
 }
 
 bool sl_rt_exec_signal(struct sl_rt_exec *x, int sig)

@@ -155,6 +155,8 @@ static void svc_exec_put(struct svc_exec *x)
         close(x->scope_fd);
     sl_rt_exec_put(x->rt);
     sl_rt_exec_result_free(&x->res);
+    if (x->log)
+        sl_outlog_on_resume(x->log, NULL, NULL); /* readers may keep the log */
     sl_outlog_put(x->log);
     if (x->stdin_fd >= 0)
         close(x->stdin_fd);
@@ -445,9 +447,20 @@ static void completion_job(void *arg)
 }
 
 /* The runtime's supervision thread: output as it is read. */
-static void log_output(void *ctx, int stream, const char *data, size_t len)
+static bool log_output(void *ctx, int stream, const char *data, size_t len)
 {
-    sl_outlog_append(ctx, stream, data, len);
+    return sl_outlog_append(ctx, stream, data, len);
+}
+
+/* A reader caught up with a paused command (any thread): its pipes are
+ * read again. x lives until its log is finished (which waits for this). */
+static void resume_output(void *ctx)
+{
+    struct svc_exec *x = ctx;
+    pthread_mutex_lock(&x->svc->execs_lock);
+    if (x->rt)
+        sl_rt_exec_resume_output(x->rt);
+    pthread_mutex_unlock(&x->svc->execs_lock);
 }
 
 /* The runtime's supervision thread: move the result, hand over. */
@@ -723,6 +736,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     x->exec_scope = dup_or_null(req->exec_scope);
     x->log = sl_outlog_new((size_t)svc->cfg->max_output_bytes,
                            (size_t)svc->cfg->stream_retain_bytes);
+    if (x->log)
+        sl_outlog_on_resume(x->log, resume_output, x);
     if (!x->sandbox_id || !x->exec_id || !x->command_json ||
         (req->exec_scope && !x->exec_scope) || !x->log) {
         svc_exec_put(x);

@@ -22,6 +22,13 @@ struct sl_outlog {
     struct out_stream s[2];
     json_t *end; /* set once: the command is over */
     struct sl_outlog_waiter *waiters;
+    struct sl_outlog_reader *holders;
+    bool paused;
+    /* resume_lock: held while the callback runs, so finish can clear it
+     * knowing no call is under way. */
+    pthread_mutex_t resume_lock;
+    void (*resume)(void *ctx);
+    void *resume_ctx;
 };
 
 struct sl_outlog *sl_outlog_new(size_t head_max, size_t ring_max)
@@ -31,6 +38,7 @@ struct sl_outlog *sl_outlog_new(size_t head_max, size_t ring_max)
         return NULL;
     atomic_init(&log->refs, 1);
     pthread_mutex_init(&log->lock, NULL);
+    pthread_mutex_init(&log->resume_lock, NULL);
     log->head_max = head_max;
     log->ring_max = ring_max;
     return log;
@@ -71,6 +79,7 @@ void sl_outlog_put(struct sl_outlog *log)
     }
     json_decref(log->end);
     pthread_mutex_destroy(&log->lock);
+    pthread_mutex_destroy(&log->resume_lock);
     free(log);
 }
 
@@ -140,10 +149,33 @@ static void ring_append(struct sl_outlog *log, struct out_stream *s, const char 
     memcpy(s->ring, data + first, len - first);
 }
 
-void sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_t len)
+static uint64_t kept_from(const struct sl_outlog *log, const struct out_stream *s, uint64_t off);
+
+/* Under the lock: the least room any holder leaves in stream i before its
+ * next byte is overwritten (SIZE_MAX: nobody holds it back). A holder
+ * that already lost bytes (behind what is kept) holds nothing. */
+static size_t least_room(const struct sl_outlog *log, int i)
+{
+    const struct out_stream *s = &log->s[i];
+    size_t least = SIZE_MAX;
+    if (log->ring_max < 2 * SL_OUTLOG_PAUSE_ROOM || s->ring_failed)
+        return least;
+    for (const struct sl_outlog_reader *r = log->holders; r; r = r->next) {
+        uint64_t at = r->off[i];
+        if (at >= s->total || (at >= s->head_len && at < kept_from(log, s, at)))
+            continue;
+        uint64_t need = at > log->head_max ? at : log->head_max; /* the head keeps the rest */
+        uint64_t used = s->total > need ? s->total - need : 0;
+        size_t room = used >= log->ring_max ? 0 : (size_t)(log->ring_max - used);
+        least = room < least ? room : least;
+    }
+    return least;
+}
+
+bool sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_t len)
 {
     if (!len)
-        return;
+        return true;
     struct out_stream *s = &log->s[stream];
     pthread_mutex_lock(&log->lock);
     const char *p = data;
@@ -157,9 +189,83 @@ void sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_
     if (in_head < len)
         ring_append(log, s, p + in_head, len - in_head, s->total + in_head);
     s->total += len;
+    bool go_on = least_room(log, stream) >= SL_OUTLOG_PAUSE_ROOM;
+    if (!go_on)
+        log->paused = true;
     struct sl_outlog_waiter *w = take_waiters(log);
     pthread_mutex_unlock(&log->lock);
     wake_all(w);
+    return go_on;
+}
+
+void sl_outlog_on_resume(struct sl_outlog *log, void (*resume)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&log->resume_lock);
+    log->resume = resume;
+    log->resume_ctx = ctx;
+    pthread_mutex_unlock(&log->resume_lock);
+}
+
+/* Under the lock: whether a paused log may go on (half its ring free for
+ * every holder, so the command is not paused again at once). */
+static bool take_unpause(struct sl_outlog *log)
+{
+    if (!log->paused || log->end)
+        return false;
+    for (int i = 0; i < 2; i++)
+        if (least_room(log, i) < log->ring_max / 2 && least_room(log, i) != SIZE_MAX)
+            return false;
+    log->paused = false;
+    return true;
+}
+
+static void call_resume(struct sl_outlog *log)
+{
+    pthread_mutex_lock(&log->resume_lock);
+    if (log->resume)
+        log->resume(log->resume_ctx);
+    pthread_mutex_unlock(&log->resume_lock);
+}
+
+void sl_outlog_hold(struct sl_outlog *log, struct sl_outlog_reader *r)
+{
+    pthread_mutex_lock(&log->lock);
+    r->next = log->holders;
+    log->holders = r;
+    pthread_mutex_unlock(&log->lock);
+}
+
+void sl_outlog_unhold(struct sl_outlog *log, struct sl_outlog_reader *r)
+{
+    pthread_mutex_lock(&log->lock);
+    for (struct sl_outlog_reader **p = &log->holders; *p; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    bool go = take_unpause(log);
+    pthread_mutex_unlock(&log->lock);
+    if (go)
+        call_resume(log);
+}
+
+void sl_outlog_advance(struct sl_outlog *log, struct sl_outlog_reader *r, const uint64_t off[2])
+{
+    pthread_mutex_lock(&log->lock);
+    r->off[0] = off[0];
+    r->off[1] = off[1];
+    bool go = take_unpause(log);
+    pthread_mutex_unlock(&log->lock);
+    if (go)
+        call_resume(log);
+}
+
+bool sl_outlog_paused(struct sl_outlog *log)
+{
+    pthread_mutex_lock(&log->lock);
+    bool paused = log->paused;
+    pthread_mutex_unlock(&log->lock);
+    return paused;
 }
 
 void sl_outlog_finish(struct sl_outlog *log, json_t *end)
@@ -171,8 +277,11 @@ void sl_outlog_finish(struct sl_outlog *log, json_t *end)
         return;
     }
     log->end = end ? end : json_object();
+    log->paused = false;
     struct sl_outlog_waiter *w = take_waiters(log);
     pthread_mutex_unlock(&log->lock);
+    /* Its command is gone: no resume may reach it any more. */
+    sl_outlog_on_resume(log, NULL, NULL);
     wake_all(w);
 }
 

@@ -43,7 +43,30 @@ struct sl_outlog_chunk {
     size_t len;
 };
 
+/* A live reader that holds the command back rather than miss bytes
+ * (backpressure): while it is within what the log keeps, an append that
+ * would leave less than SL_OUTLOG_PAUSE_ROOM before its bytes are
+ * overwritten says "pause" (the runtime stops reading the command's pipe),
+ * and its reading on frees the pipe again (the log's resume callback).
+ * Only with a ring of at least 2 x SL_OUTLOG_PAUSE_ROOM. */
+struct sl_outlog_reader {
+    uint64_t off[2];               /* where it reads next; set with sl_outlog_advance */
+    int64_t moved_us;              /* when it last read (monotonic) */
+    struct sl_outlog_reader *next; /* the log's */
+};
+#define SL_OUTLOG_PAUSE_ROOM ((size_t)64 * 1024)
+
 struct sl_outlog *sl_outlog_new(size_t head_max, size_t ring_max);
+/* Called (from a reader's thread, no lock held) when a paused log has room
+ * again; the setter keeps ctx alive until sl_outlog_finish, which waits for
+ * a call under way. */
+void sl_outlog_on_resume(struct sl_outlog *log, void (*resume)(void *ctx), void *ctx);
+void sl_outlog_hold(struct sl_outlog *log, struct sl_outlog_reader *r);
+void sl_outlog_unhold(struct sl_outlog *log, struct sl_outlog_reader *r);
+/* The reader read up to off[]: room for the command again, maybe. */
+void sl_outlog_advance(struct sl_outlog *log, struct sl_outlog_reader *r, const uint64_t off[2]);
+/* Whether the log has paused its command for a reader. */
+bool sl_outlog_paused(struct sl_outlog *log);
 /* A finished log holding a stored record's output (an attach to a command
  * that ended): `end` (taken) is its final event. */
 struct sl_outlog *sl_outlog_stored(const char *out, size_t out_len, const char *err, size_t err_len,
@@ -51,8 +74,10 @@ struct sl_outlog *sl_outlog_stored(const char *out, size_t out_len, const char *
 struct sl_outlog *sl_outlog_ref(struct sl_outlog *log);
 void sl_outlog_put(struct sl_outlog *log);
 
-/* The supervisor's: bytes as they are read from the command's pipe. */
-void sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_t len);
+/* The supervisor's: bytes as they are read from the command's pipe.
+ * false: a holding reader is behind; read no more of this command until
+ * the resume callback says so. */
+bool sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_t len);
 /* The command is over: `end` (taken; the exec answer without output) is
  * what readers get last. No append may follow. */
 void sl_outlog_finish(struct sl_outlog *log, json_t *end);

@@ -8,6 +8,7 @@ worker, and cost no thread each.
 """
 import base64
 import http.client
+import socket
 import json
 import os
 import threading
@@ -485,4 +486,90 @@ def test_stdin_and_streams_work_without_warm_sessions(daemon_factory):
     assert stdin(d, sb, "os-1", data="one\ntwo\n", close=True).body["written"] == 8
     out, err, events = collect(ev)
     assert out == b"got one\ntwo\n" and events[-1][2]["exit_code"] == 0
+    sb.release()
+
+
+# -- backpressure ------------------------------------------------------------------
+def raw_stream(daemon, sb, exec_id):
+    """A stream read by hand: the socket, after the response headers."""
+    s = socket.create_connection(("127.0.0.1", daemon.port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    s.sendall((f"GET {stream_path(sb, exec_id)} HTTP/1.1\r\nHost: x\r\n"
+               f"Authorization: Bearer {daemon.token}\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(4096)
+    assert head.startswith(b"HTTP/1.1 200"), head
+    return s, head.split(b"\r\n\r\n", 1)[1]
+
+
+def read_to_end(s, already):
+    data = bytearray(already)
+    while True:
+        chunk = s.recv(1 << 20)
+        if not chunk:
+            break
+        data += chunk
+        if b"event: end\ndata: " in data[-8192:] and data.endswith(b"\r\n0\r\n\r\n"):
+            break
+    s.close()
+    tail = bytes(data[-8192:])
+    return json.loads(tail.split(b"event: end\ndata: ")[-1].split(b"\n")[0])
+
+
+@pytest.fixture(scope="module")
+def bp_daemon(sandloomd_binary):
+    d = Daemon(sandloomd_binary, {"SANDBOX_STREAM_RETAIN_BYTES": str(256 << 10),
+                                  "SANDBOX_MAX_OUTPUT_BYTES": str(64 << 10),
+                                  "SANDBOX_STREAM_STALL_SECONDS": "3"}).spawn()
+    try:
+        d.wait_healthy()
+        yield d
+    finally:
+        d.cleanup()
+
+
+def bp_sandbox(d):
+    from sandloom_client import Sandbox
+    sb = Sandbox(d.client(), "bp-" + uuid.uuid4().hex[:8], "scope-" + uuid.uuid4().hex[:8])
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    return sb
+
+
+def exec_status(d, sb, exec_id):
+    return d.client().get(f"{sb.path}/exec/{exec_id}",
+                          params={"generation": sb.generation}).body["status"]
+
+
+def test_a_reader_that_pauses_holds_the_command_back_and_misses_nothing(bp_daemon):
+    d = bp_daemon
+    sb = bp_sandbox(d)
+    size = 64 << 20  # far more than the socket buffers and the ring hold
+    r = sb.exec(["sh", "-c", f"yes | head -c {size}"], exec_id="bp-1", background=True)
+    assert r.status == 200
+    s, first = raw_stream(d, sb, "bp-1")
+    time.sleep(2)  # not reading: the command waits for this reader
+    assert exec_status(d, sb, "bp-1") == "RUNNING"
+    end = read_to_end(s, first)
+    assert end["stdout_bytes"] == size and end["stdout_skipped"] == 0, end
+    assert end["status"] == "SUCCEEDED"
+    sb.release()
+
+
+def test_a_reader_that_stalls_lets_go_and_is_told_what_it_missed(bp_daemon):
+    d = bp_daemon
+    sb = bp_sandbox(d)
+    size = 64 << 20
+    r = sb.exec(["sh", "-c", f"yes | head -c {size}"], exec_id="bp-2", background=True)
+    assert r.status == 200
+    s, first = raw_stream(d, sb, "bp-2")
+    # Past SANDBOX_STREAM_STALL_SECONDS (3) without reading: the command is
+    # let go and ends while the reader still sleeps.
+    deadline = time.time() + 20
+    while exec_status(d, sb, "bp-2") == "RUNNING":
+        assert time.time() < deadline, "the stalled reader held the command"
+        time.sleep(0.5)
+    end = read_to_end(s, first)
+    assert end["stdout_bytes"] == size
+    assert 0 < end["stdout_skipped"] < size, end
     sb.release()

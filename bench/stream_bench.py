@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Streamed output (GET/POST …/exec … stream) against its baselines, in one
+run, on a throwaway sandloomd (free loopback port, fresh state directory,
+SQLite, a uid range of its own; stopped and removed on the way out).
+
+  1. time to first byte: POST exec {"stream": true} of `echo hi` until the
+     first stdout event has arrived, beside the same command's synchronous
+     answer (POST exec, whole response), alternating, N each: medians and
+     the ratio.
+  2. throughput: `yes | head -c SIZE` streamed to curl (a C client reading
+     as fast as it can), its payload bytes counted from the events, beside
+     the same bytes through a local pipe on the host (`yes | head -c SIZE |
+     wc -c`) and the command run in the sandbox into its own pipe (`… | wc
+     -c`, synchronous): MiB/s, the ratio to the host pipe (goal >= 50%), and
+     what was delivered (the end event's stdout_skipped: a reader that
+     falls behind pauses the command instead, so it should be 0).
+  3. 1000 open streams: STREAMS streams (on sleeping background commands,
+     PER_SANDBOX per sandbox) opened by raw sockets; the daemon's VmRSS and
+     thread count before and after: KiB per stream (goal <= 64 KiB) and
+     threads added (goal: none per stream).
+
+    bench/stream_bench.py [BUILD_DIR] [--runs N] [--mib SIZE] [--streams S]
+                          (root; BUILD_DIR: build)
+
+Prints figures; asserts nothing about time. Exit 1 when a request failed.
+"""
+import argparse
+import http.client
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+TOKEN = "bench-" + uuid.uuid4().hex + uuid.uuid4().hex
+PER_SANDBOX = 50
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Daemon:
+    def __init__(self, build, state, streams):
+        self.port = free_port()
+        uid = 240000
+        env = dict(os.environ, SANDBOX_HOST="127.0.0.1", SANDBOX_PORT=str(self.port),
+                   SANDBOX_ADVERTISE_HOST="127.0.0.1", SANDBOX_LOCAL_ROOT=f"{state}/sandboxes",
+                   SANDBOX_DATABASE_URL=f"sqlite:///{state}/db.sqlite",
+                   SANDBOX_STARTUP_LOG_PATH=f"{state}/startup.log",
+                   SANDBOX_INTERNAL_TOKEN=TOKEN, SANDBOX_UID_START=str(uid),
+                   SANDBOX_UID_END=str(uid + 999), SANDBOX_NETWORK_MODE="isolated",
+                   SANDBOX_MAX_STREAMS=str(max(2048, streams + 16)),
+                   SANDBOX_MAX_STREAMS_PER_SANDBOX=str(PER_SANDBOX),
+                   SANDBOX_AUTH_FAILURES_PER_MINUTE="1000000")
+        self.p = subprocess.Popen([os.path.join(build, "sandloomd")], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=open(f"{state}/stderr", "w"))
+        deadline = time.time() + 30
+        while True:
+            if self.p.poll() is not None:
+                sys.exit(f"stream_bench: sandloomd exited ({state}/stderr)")
+            try:
+                if self.request("GET", "/health")[1] == b"ok":
+                    break
+            except OSError:
+                pass
+            if time.time() > deadline:
+                sys.exit("stream_bench: sandloomd did not come up")
+            time.sleep(0.05)
+
+    def request(self, method, path, body=None):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        try:
+            c.request(method, path, body=json.dumps(body) if body is not None else None,
+                      headers={"Authorization": "Bearer " + TOKEN,
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            return r.status, r.read()
+        finally:
+            c.close()
+
+    def json(self, method, path, body=None):
+        status, raw = self.request(method, path, body)
+        if status not in (200, 201):
+            sys.exit(f"stream_bench: {method} {path}: {status} {raw[:300]!r}")
+        return json.loads(raw)
+
+    def sandbox(self):
+        sid = "sb-" + uuid.uuid4().hex[:12]
+        r = self.json("POST", "/api/v1/sandboxes/resolve",
+                      {"sandbox_id": sid, "workspace_scope_id": "scope-" + sid})
+        self.json("POST", f"/api/v1/sandboxes/{sid}", {"generation": r["generation"]})
+        return sid, r["generation"]
+
+    def rss_kib(self):
+        with open(f"/proc/{self.p.pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
+
+    def threads(self):
+        return len(os.listdir(f"/proc/{self.p.pid}/task"))
+
+    def stop(self):
+        self.p.terminate()
+        try:
+            self.p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+
+
+def exec_body(gen, argv, **extra):
+    return {"exec_id": "b-" + uuid.uuid4().hex, "generation": gen, "argv": argv, **extra}
+
+
+def ttfb(d, sid, gen, runs):
+    stream, sync = [], []
+    path = f"/api/v1/sandboxes/{sid}/exec"
+    for _ in range(runs):
+        # The synchronous answer, whole.
+        t0 = time.perf_counter()
+        d.json("POST", path, exec_body(gen, ["echo", "hi"]))
+        sync.append(time.perf_counter() - t0)
+        # The stream, until its first stdout event is in.
+        c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
+        t0 = time.perf_counter()
+        c.request("POST", path, body=json.dumps(exec_body(gen, ["echo", "hi"], stream=True)),
+                  headers={"Authorization": "Bearer " + TOKEN,
+                           "Content-Type": "application/json"})
+        r = c.getresponse()
+        if r.status != 200:
+            sys.exit(f"stream_bench: stream answered {r.status}")
+        while True:
+            line = r.readline()
+            if not line:
+                sys.exit("stream_bench: the stream ended before its output")
+            if line.startswith(b"event: stdout"):
+                r.readline()  # its data line
+                stream.append(time.perf_counter() - t0)
+                break
+        r.read()
+        c.close()
+    return statistics.median(stream), statistics.median(sync)
+
+
+def host_pipe(size):
+    t0 = time.perf_counter()
+    out = subprocess.run(["sh", "-c", f"yes | head -c {size} | wc -c"], capture_output=True,
+                         check=True).stdout
+    assert int(out) == size
+    return time.perf_counter() - t0
+
+
+def streamed(d, sid, gen, size):
+    body = json.dumps(exec_body(gen, ["sh", "-c", f"yes | head -c {size}"], stream=True,
+                                timeout_seconds=600))
+    t0 = time.perf_counter()
+    # curl reads as fast as it can; tail keeps the end event, which says
+    # how many bytes the command produced and how many this stream skipped.
+    curl = subprocess.Popen(["curl", "-sN", "-X", "POST", "-H", "Authorization: Bearer " + TOKEN,
+                             "-H", "Content-Type: application/json", "--data-binary", body,
+                             f"http://127.0.0.1:{d.port}/api/v1/sandboxes/{sid}/exec"],
+                            stdout=subprocess.PIPE)
+    last = subprocess.run(["tail", "-c", "4096"], stdin=curl.stdout, capture_output=True).stdout
+    curl.wait()
+    elapsed = time.perf_counter() - t0
+    end = json.loads(last.split(b"event: end\ndata: ")[-1].split(b"\n")[0])
+    if end["stdout_bytes"] != size:
+        sys.exit(f"stream_bench: the end event counts {end['stdout_bytes']} bytes, not {size}")
+    return elapsed, end["stdout_bytes"], end["stdout_skipped"]
+
+
+def sandbox_pipe(d, sid, gen, size):
+    t0 = time.perf_counter()
+    r = d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
+               exec_body(gen, ["sh", "-c", f"yes | head -c {size} | wc -c"], timeout_seconds=600))
+    assert int(r["stdout"]) == size, r
+    return time.perf_counter() - t0
+
+
+def open_streams(d, n):
+    """n streams by raw sockets (headers read, body left unread)."""
+    sandboxes = []
+    for _ in range((n + PER_SANDBOX - 1) // PER_SANDBOX):
+        sid, gen = d.sandbox()
+        eid = "sleep-" + uuid.uuid4().hex[:8]
+        d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
+               exec_body(gen, ["sleep", "600"], background=True) | {"exec_id": eid})
+        sandboxes.append((sid, gen, eid))
+    time.sleep(0.5)
+    rss0, threads0 = d.rss_kib(), d.threads()
+    socks = []
+    for i in range(n):
+        sid, gen, eid = sandboxes[i // PER_SANDBOX]
+        s = socket.create_connection(("127.0.0.1", d.port))
+        s.sendall((f"GET /api/v1/sandboxes/{sid}/exec/{eid}/stream?generation={gen} HTTP/1.1\r\n"
+                   f"Host: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n").encode())
+        socks.append(s)
+    for s in socks:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                sys.exit("stream_bench: a stream closed at once")
+            head += chunk
+        if not head.startswith(b"HTTP/1.1 200"):
+            sys.exit(f"stream_bench: a stream was refused: {head[:200]!r}")
+    time.sleep(1)
+    rss1, threads1 = d.rss_kib(), d.threads()
+    for s in socks:
+        s.close()
+    for sid, gen, eid in sandboxes:
+        d.json("POST", f"/api/v1/sandboxes/{sid}/exec/{eid}/cancel?generation={gen}")
+    return rss0, rss1, threads0, threads1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", nargs="?", default="build")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--mib", type=int, default=1024)
+    ap.add_argument("--streams", type=int, default=1000)
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("stream_bench: needs root (the daemon runs sandboxes)")
+    if not shutil.which("curl"):
+        sys.exit("stream_bench: needs curl")
+    state = tempfile.mkdtemp(prefix="sandloom-streambench-")
+    os.chmod(state, 0o711)
+    d = Daemon(os.path.abspath(a.build), state, a.streams)
+    try:
+        sid, gen = d.sandbox()
+        d.json("POST", f"/api/v1/sandboxes/{sid}/exec", exec_body(gen, ["true"]))  # warm
+        s_med, y_med = ttfb(d, sid, gen, a.runs)
+        print(f"time to first byte (echo hi, median of {a.runs}): stream {s_med * 1000:.2f} ms,"
+              f" synchronous answer {y_med * 1000:.2f} ms, ratio {s_med / y_med:.2f}")
+        size = a.mib << 20
+        host = [host_pipe(size) for _ in range(3)]
+        inbox = [sandbox_pipe(d, sid, gen, size) for _ in range(3)]
+        runs = [streamed(d, sid, gen, size) for _ in range(3)]
+        mib = size / (1 << 20)
+        h = mib / statistics.median(host)
+        b = mib / statistics.median(inbox)
+        el = statistics.median(r[0] for r in runs)
+        delivered = statistics.median(r[1] - r[2] for r in runs)
+        s = mib / el
+        print(f"throughput (yes | head -c {a.mib}M, median of 3): host pipe {h:.0f} MiB/s, "
+              f"sandbox pipe {b:.0f} MiB/s, streamed {s:.0f} MiB/s "
+              f"({s / h * 100:.0f}% of the host pipe, goal >= 50%); "
+              f"delivered {delivered / size * 100:.1f}% of the bytes "
+              f"(gaps {[r[2] for r in runs]})")
+        rss0, rss1, t0, t1 = open_streams(d, a.streams)
+        per = (rss1 - rss0) / a.streams
+        print(f"{a.streams} open streams: daemon RSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} MiB "
+              f"({per:.1f} KiB per stream, goal <= 64), threads {t0} -> {t1}")
+    finally:
+        d.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
