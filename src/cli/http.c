@@ -13,12 +13,18 @@ struct buf {
     char *data;
     size_t len;
     bool too_big;
+    CURL *h;
+    const struct cli_exchange *x; /* its on_data, for a 2xx stream */
 };
 
 static size_t on_body(char *ptr, size_t size, size_t n, void *arg)
 {
     struct buf *b = arg;
     size_t add = size * n;
+    long status = 0;
+    if (b->x->on_data && curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK &&
+        status >= 200 && status < 300)
+        return b->x->on_data(b->x->on_data_ctx, ptr, add) ? add : 0;
     if (b->len + add > (size_t)ANSWER_MAX) {
         b->too_big = true;
         return 0;
@@ -67,7 +73,7 @@ int cli_exchange(const struct cli_conn *c, const struct cli_exchange *x, long *s
     CURL *h = curl_easy_init();
     char *url = NULL, *auth = NULL;
     struct curl_slist *headers = NULL;
-    struct buf b = {0};
+    struct buf b = {.h = h, .x = x};
     int rc = -1;
     if (!h || asprintf(&url, "%s%s", c->url, x->path) < 0) {
         url = NULL;

@@ -45,6 +45,10 @@ struct cli_exchange {
     const char *accept;
     const char *const *headers;
     long timeout_s;
+    /* When set, a 2xx answer's body goes here as it arrives (an event
+     * stream) instead of into *answer; false stops the exchange. */
+    bool (*on_data)(void *ctx, const char *data, size_t len);
+    void *on_data_ctx;
 };
 int cli_exchange(const struct cli_conn *c, const struct cli_exchange *x, long *status,
                  char **answer, size_t *answer_len, struct cli_error *e);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli/copy.h"
+#include "cli/follow.h"
 #include "common/cleanup.h"
 #include "cli/http.h"
 #include "cli/mcp_bridge.h"
@@ -334,11 +335,6 @@ static int cmd_resume(struct ctx *c, const char *name)
     return 0;
 }
 
-static bool write_all(FILE *f, const char *s)
-{
-    return !s || fwrite(s, 1, strlen(s), f) == strlen(s);
-}
-
 /* The command's ending as sandloom's exit status. */
 static int exit_status_of(const json_t *rec)
 {
@@ -426,22 +422,21 @@ static int cmd_exec(struct ctx *c, int argc, char **argv)
     struct cli_error e;
     json_t *rec = NULL;
     int rc = cli_sandbox_open(&sb, &e);
-    if (rc == 0)
-        rc = cli_sandbox_call(&sb, "POST", "/exec", "", body,
-                              (timeout ? timeout : 300) + EXEC_GRACE_S, &rec, &e);
+    long wait_s = (timeout ? timeout : 300) + EXEC_GRACE_S;
+    /* The human form follows the output as it comes; --json answers the
+     * record once, as the API's synchronous call does. */
+    bool follow = !c->o->json;
+    if (rc == 0 && follow)
+        rc = cli_follow_exec(&sb, body, exec_id, wait_s, &rec, &e);
+    else if (rc == 0)
+        rc = cli_sandbox_call(&sb, "POST", "/exec", "", body, wait_s, &rec, &e);
     json_decref(body);
     if (rc < 0)
         return refused(c->o, &e);
-    if (c->o->json) {
+    /* Followed, the output is out already (all of it: a gap, if the
+     * service ever had to drop some, was said where it happened). */
+    if (!follow)
         print_json(rec);
-    } else {
-        fflush(stdout);
-        write_all(stdout, json_string_value(json_object_get(rec, "stdout")));
-        fflush(stdout);
-        write_all(stderr, json_string_value(json_object_get(rec, "stderr")));
-        if (json_is_true(json_object_get(rec, "truncated")))
-            fprintf(stderr, "sandloom: the command's output was truncated by the service\n");
-    }
     int status = exit_status_of(rec);
     json_decref(rec);
     return status;

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -410,3 +411,27 @@ def test_ls_lists_the_sandboxes_a_key_may_see_and_pages_a_directory(run, client)
     assert len(listed) == 1100 and listed[0].endswith(" 0001") and listed[-1].endswith(" 1100")
     for sb in mine:
         run("rm", sb, key=key, check=0)
+
+
+def test_exec_prints_output_as_the_command_produces_it(daemon, run):
+    """`sandloom exec` follows the command's event stream: the first line
+    is on the terminal while the command still runs, stdout and stderr
+    stay apart, bytes that are not UTF-8 come through as they are, and the
+    exit status is the command's."""
+    sb = name()
+    run("exec", sb, "--", "true", check=0)  # makes the sandbox
+    full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": "/nonexistent",
+            "SANDLOOM_URL": f"http://127.0.0.1:{daemon.port}", "SANDLOOM_API_KEY": daemon.token}
+    p = subprocess.Popen([str(CLI), "exec", sb, "--", "sh", "-c",
+                          "echo first; printf 'e\\n' >&2; sleep 2; printf '\\377\\n'; exit 4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=full)
+    t0 = time.monotonic()
+    first = p.stdout.readline()
+    assert first == b"first\n" and time.monotonic() - t0 < 1.8, (first, time.monotonic() - t0)
+    rest, err = p.communicate(timeout=60)
+    assert rest == b"\xff\n"
+    assert err == b"e\n"
+    assert p.returncode == 4
+    # --json: the record, once, as before.
+    r = run("--json", "exec", sb, "--", "sh", "-c", "echo hi", check=0)
+    assert json.loads(r.stdout)["stdout"] == "hi\n"

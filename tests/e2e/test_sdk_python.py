@@ -157,3 +157,22 @@ def test_a_tenants_quota_is_a_typed_error_naming_its_limit(sdk_client):
         assert (e.value.status, e.value.limit, e.value.value) == (429, "sandboxes", 1)
         assert [s["sandbox_id"] for s in tenant.sandboxes()] == [first]
         assert tenant.tenant()["usage"]["sandboxes"] == 1
+
+
+def test_a_handle_follows_output_and_feeds_stdin(sdk_client):
+    with Sandbox.create(name(), client=sdk_client) as sb:
+        h = sb.run(["python3", "-c", "import sys\nfor l in sys.stdin: print(l.upper(), end='', flush=True)\n"
+                    "print('bye', file=sys.stderr)"], background=True, stdin=True)
+        assert h.write("one\n") == 4
+        assert h.write(b"two\n", close=True) == 4
+        got = {"stdout": b"", "stderr": b""}
+        for stream, data in h.output():
+            got[stream] += data
+        assert got == {"stdout": b"ONE\nTWO\n", "stderr": b"bye\n"}
+        assert h.result is not None and h.result.exit_code == 0
+        s = sb.run(["sleep", "30"], background=True, exec_scope="sleeper")
+        assert s.signal("SIGTERM") is True
+        r = s.wait(timeout=20)
+        assert r.exit_code == -15
+        with pytest.raises(ValueError):
+            sb.run(["cat"], stdin=True)

@@ -9,7 +9,7 @@ import json
 import os
 import socket
 import urllib.parse
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from .errors import ConnectionFailed, SandloomError, error_for
 
@@ -97,6 +97,84 @@ class Client:
             code = str(detail) if detail else f"HTTP_{status}"
             message = code
         raise error_for(code, message, status, limit=limit, value=value)
+
+    def events(self, method: str, path: str, body: Optional[Mapping[str, Any]] = None,
+               query: Optional[Mapping[str, Any]] = None,
+               last_event_id: Optional[str] = None,
+               timeout: Optional[float] = None) -> Iterator[Tuple[str, Optional[str], Any]]:
+        """A Server-Sent Events answer, event by event: (name, id, data as
+        JSON). Refusals raise as request() does; a dropped connection raises
+        ConnectionFailed (the caller goes on from the last id)."""
+        target = self._prefix + path
+        if query:
+            target += "?" + urllib.parse.urlencode({k: v for k, v in query.items()
+                                                    if v is not None})
+        headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "text/event-stream"}
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        wait = self.timeout if timeout is None else timeout
+        cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = cls(self._host, self._port, timeout=wait)
+        try:
+            try:
+                conn.request(method, target, body=data, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                raise ConnectionFailed("SANDLOOM_CONNECTION_FAILED",
+                                       f"{method} {path}: {e.__class__.__name__}: {e}", 0) from e
+            if resp.status != 200:
+                raw = resp.read()
+                self._raise(resp.status, raw)
+            name: str = "message"
+            eid: Optional[str] = None
+            lines: List[str] = []
+            while True:
+                try:
+                    line = resp.readline()
+                except (OSError, http.client.HTTPException) as e:
+                    raise ConnectionFailed("SANDLOOM_CONNECTION_FAILED",
+                                           f"{path}: the stream broke: {e}", 0) from e
+                if not line:
+                    raise ConnectionFailed("SANDLOOM_CONNECTION_FAILED",
+                                           f"{path}: the stream ended early", 0)
+                text = line.decode("utf-8").rstrip("\r\n")
+                if text == "":
+                    if lines or name != "message":
+                        yield name, eid, json.loads("\n".join(lines)) if lines else None
+                        if name == "end":
+                            return
+                    name, eid, lines = "message", None, []
+                elif text.startswith(":"):
+                    continue
+                else:
+                    field, _, value = text.partition(":")
+                    value = value[1:] if value.startswith(" ") else value
+                    if field == "event":
+                        name = value
+                    elif field == "id":
+                        eid = value
+                    elif field == "data":
+                        lines.append(value)
+        finally:
+            conn.close()
+
+    def _raise(self, status: int, raw: bytes) -> None:
+        try:
+            doc = json.loads(raw) if raw else {}
+        except ValueError:
+            doc = {"detail": raw.decode("utf-8", "replace")}
+        detail = doc.get("detail") if isinstance(doc, dict) else None
+        if isinstance(detail, dict):
+            code = str(detail.get("code") or f"HTTP_{status}")
+            message = str(detail.get("message") or code)
+        else:
+            code = str(detail) if detail else f"HTTP_{status}"
+            message = code
+        raise error_for(code, message, status)
 
     # -- the service's own routes -------------------------------------------
     def tenant(self) -> JSON:

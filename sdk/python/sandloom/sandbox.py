@@ -12,8 +12,8 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from types import TracebackType
-from typing import (Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Type,
-                    TypeVar, Union, overload)
+from typing import (Any, Callable, Dict, Iterator, List, Literal, Mapping, Optional, Sequence,
+                    Tuple, Type, TypeVar, Union, overload)
 
 from .client import JSON, Client
 from .errors import ConnectionFailed, StaleGeneration
@@ -69,6 +69,7 @@ class CommandHandle:
     def __init__(self, sandbox: "Sandbox", exec_id: str) -> None:
         self.sandbox = sandbox
         self.exec_id = exec_id
+        self.result: Optional[CommandResult] = None  # set when output() reaches the end
 
     def __repr__(self) -> str:
         return f"CommandHandle({self.sandbox.name!r}, {self.exec_id!r})"
@@ -91,6 +92,61 @@ class CommandHandle:
                 raise TimeoutError(f"{self.exec_id} still running after {timeout} s")
             time.sleep(interval)
             interval = min(interval * 1.5, 1.0)
+
+    def output(self) -> Iterator[Tuple[str, bytes]]:
+        """The command's output as it comes, from its start: ("stdout" or
+        "stderr", bytes) pairs, until it ends; then ``self.result`` is its
+        record (without the output). A dropped connection is taken up again
+        from the last chunk: nothing comes twice or goes missing."""
+        sb = self.sandbox
+        path = f"{sb._path}/exec/{urllib.parse.quote(self.exec_id, safe='')}/stream"
+        last: Optional[str] = None
+        for attempt in range(6):
+            try:
+                for name, eid, data in sb.client.events(
+                        "GET", path, query={"generation": sb.generation}, last_event_id=last):
+                    last = eid or last
+                    if name in ("stdout", "stderr"):
+                        yield name, (data["text"].encode("utf-8") if "text" in data
+                                     else base64.b64decode(data["base64"]))
+                    elif name == "end":
+                        self.result = CommandResult.from_json(data)
+                        return
+                return
+            except StaleGeneration:
+                if attempt == 5:
+                    raise
+                sb._open()  # moved or resumed: the same command, from the last chunk
+            except ConnectionFailed:
+                if attempt == 5:
+                    raise
+                time.sleep(0.5)
+
+    def write(self, data: Union[str, bytes], close: bool = False) -> int:
+        """Send bytes to the command's stdin (it was started with
+        stdin=True); how many it took (fewer: it is not reading)."""
+        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        return int(self._stdin({"data_base64": base64.b64encode(raw).decode(),
+                                "close": close}).get("written", 0))
+
+    def close_stdin(self) -> None:
+        """End the command's input."""
+        self._stdin({"close": True})
+
+    def signal(self, name: str) -> bool:
+        """SIGINT, SIGTERM, SIGKILL, SIGHUP or SIGQUIT to the command, once;
+        False if it had ended."""
+        sb = self.sandbox
+        path = f"{sb._path}/exec/{urllib.parse.quote(self.exec_id, safe='')}/signal"
+        r = sb._fenced(lambda g: sb.client.request("POST", path, body={"signal": name},
+                                                   query={"generation": g}))
+        return bool(r.get("signalled"))
+
+    def _stdin(self, body: Dict[str, Any]) -> JSON:
+        sb = self.sandbox
+        path = f"{sb._path}/exec/{urllib.parse.quote(self.exec_id, safe='')}/stdin"
+        return sb._fenced(lambda g: sb.client.request("POST", path, body=body,
+                                                      query={"generation": g}))
 
     def kill(self) -> bool:
         """Signal the command's process tree to stop; False if it had ended."""
@@ -259,17 +315,19 @@ class Sandbox:
     def run(self, command: Command, *, background: Literal[True],
             cwd: Optional[str] = ..., env: Optional[Mapping[str, str]] = ...,
             timeout: Optional[int] = ..., exec_scope: Optional[str] = ...,
-            exec_id: Optional[str] = ...) -> CommandHandle: ...
+            exec_id: Optional[str] = ..., stdin: bool = ...) -> CommandHandle: ...
 
     def run(self, command: Command, *, background: bool = False, cwd: Optional[str] = None,
             env: Optional[Mapping[str, str]] = None, timeout: Optional[int] = None,
-            exec_scope: Optional[str] = None,
-            exec_id: Optional[str] = None) -> Union[CommandResult, CommandHandle]:
+            exec_scope: Optional[str] = None, exec_id: Optional[str] = None,
+            stdin: bool = False) -> Union[CommandResult, CommandHandle]:
         """Run a command: a string goes to ``sh -c``, a list is the argv.
         Waits for it and returns its result, or with background=True returns
         a handle at once. The exec_id is made here unless given, and a call
         whose answer was lost is sent again with the same one (the service
-        then answers from its record: the command never runs twice)."""
+        then answers from its record: the command never runs twice).
+        stdin=True (background only) gives the command a stdin the handle
+        writes to; handle.output() follows what it prints."""
         argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
         xid = exec_id or "sdk-" + uuid.uuid4().hex
         body: Dict[str, Any] = {"exec_id": xid, "argv": argv, "background": background}
@@ -281,6 +339,10 @@ class Sandbox:
             body["timeout_seconds"] = timeout
         if exec_scope is not None:
             body["exec_scope"] = exec_scope
+        if stdin:
+            if not background:
+                raise ValueError("stdin=True needs background=True: write through the handle")
+            body["stdin"] = True
         wait = _GRACE_SECONDS + (0 if background else (timeout or _DEFAULT_COMMAND_SECONDS))
 
         def send(g: int) -> JSON:
