@@ -20,6 +20,9 @@ bool sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out
         .body = rq->body,
         .body_len = rq->body_len,
         .timeout_ms = rq->timeout_ms,
+        .stream = rq->stream,
+        .stream_ctx = rq->stream_ctx,
+        .last_event_id = rq->last_event_id,
     };
     struct sl_peer_answer a;
     if (sl_peer_call(&p, &a) < 0) {

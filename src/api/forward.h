@@ -30,10 +30,15 @@ struct sl_forward_request {
     const char *body;      /* NULL = none */
     size_t body_len;
     int64_t timeout_ms;    /* the read timeout of the route (§10.2) */
+    /* An event stream is relayed as it comes (service/peer.h's hook). */
+    bool (*stream)(void *ctx, int status, const char *data, size_t len);
+    void *stream_ctx;
+    const char *last_event_id;
 };
 
 /* Fills *out (body malloc'd): the owner's answer, or a 503 when the owner
- * could not be reached, and then returns false. */
+ * could not be reached, and then returns false. An answer that went to
+ * rq->stream leaves *out with its status and no body. */
 bool sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out);
 
 #endif

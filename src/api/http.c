@@ -19,6 +19,7 @@
 #include "api/mcp.h"
 #include "api/tenant_view.h"
 #include "api/router.h"
+#include "api/stream_relay.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -466,21 +467,47 @@ static void answer_invalid_body(struct conn_state *st, const char *why)
 struct forward_job {
     struct conn_state *st;
     struct sl_forward_request rq;
+    /* An event stream: relayed as it comes; answered (st handed over) at
+     * its first bytes. */
+    struct sl_relay *relay;
+    bool answered;
+    char last_event_id[128];
     char *url, *body;
     char worker_id[129];
     char sandbox_id[129];
     int64_t generation;
 };
 
+/* The owner's event stream, as it comes (the forward thread): the client
+ * gets its answer with the first bytes, then the rest through the relay. */
+static bool relay_out(void *ctx, int status, const char *data, size_t len)
+{
+    struct forward_job *job = ctx;
+    if (!job->answered) {
+        struct sl_response resp = {.status = status,
+                                   .content_type = "text/event-stream",
+                                   .source = sl_relay_source(job->relay)};
+        snprintf(resp.log_detail, sizeof(resp.log_detail), "streamed from %s", job->worker_id);
+        job->answered = true;
+        answer(job->st, &resp); /* st is not ours after this */
+    }
+    return sl_relay_push(job->relay, data, len);
+}
+
 static void run_forward(void *arg)
 {
     struct forward_job *job = arg;
     struct sl_response resp;
-    bool reached = sl_forward_run(&job->rq, &resp);
     struct sl_service *svc = job->st->http->svc;
+    bool reached = sl_forward_run(&job->rq, &resp);
     bool touch = resp.status >= 200 && resp.status < 300;
     bool forget = !reached || resp.status == 503; /* an owner gone or going */
-    answer(job->st, &resp); /* st is not ours after this */
+    if (job->relay)
+        sl_relay_end(job->relay, !job->answered);
+    if (job->answered)
+        free(resp.body); /* the stream was the answer */
+    else
+        answer(job->st, &resp); /* st is not ours after this */
     if (forget)
         sl_svc_owner_forget(svc, job->sandbox_id);
     /* §10.1 step 5: a 2xx is activity (the store skips dormant routes);
@@ -652,9 +679,26 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
         .body_len = job->body ? strlen(job->body) : 0,
         .timeout_ms = forward_timeout_ms(st),
     };
+    /* An event stream (ours) is relayed as it comes, not collected: it
+     * lasts as long as its command. It holds a forward thread meanwhile. */
+    bool events = strcmp(st->route->op_id, "streamExecution") == 0 ||
+                  (strcmp(st->route->op_id, "execCommand") == 0 &&
+                   json_is_true(json_object_get(st->parsed, "stream")));
+    if (events && (job->relay = sl_relay_new())) {
+        job->rq.stream = relay_out;
+        job->rq.stream_ctx = job;
+        const char *last =
+            MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, "Last-Event-ID");
+        if (last && *last) {
+            snprintf(job->last_event_id, sizeof(job->last_event_id), "%s", last);
+            job->rq.last_event_id = job->last_event_id;
+        }
+    }
     free(resp->body);
     resp->body = NULL;
     if (sl_pool_submit(st->http->forwards, run_forward, job) < 0) {
+        if (job->relay)
+            sl_relay_end(job->relay, true);
         free(job->url);
         free(job->body);
         free(job);

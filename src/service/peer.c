@@ -17,12 +17,36 @@
 struct sink {
     struct sl_buf body;
     bool too_big;
+    CURL *curl;
+    const struct sl_peer_request *rq;
+    bool streamed; /* the answer is an event stream, handed to rq->stream */
 };
+
+/* Whether this answer goes to the request's stream hook: a 2xx event
+ * stream (a refusal is collected as JSON, as any answer). */
+static bool streams(struct sink *k)
+{
+    if (k->streamed)
+        return true;
+    long status = 0;
+    char *type = NULL;
+    if (!k->rq->stream || curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK ||
+        status < 200 || status > 299 ||
+        curl_easy_getinfo(k->curl, CURLINFO_CONTENT_TYPE, &type) != CURLE_OK || !type ||
+        strncmp(type, "text/event-stream", 17) != 0)
+        return false;
+    return k->streamed = true;
+}
 
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
     struct sink *k = arg;
     size_t len = size * n;
+    if (streams(k)) {
+        long status = 200;
+        curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status);
+        return k->rq->stream(k->rq->stream_ctx, (int)status, data, len) ? len : 0;
+    }
     if (sl_buf_append(&k->body, data, len) < 0) {
         k->too_big = true;
         return 0; /* curl stops */
@@ -57,9 +81,8 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
         snprintf(a->why, sizeof(a->why), "curl_easy_init failed");
         return -1;
     }
-    struct sink k;
+    struct sink k = {.curl = curl, .rq = rq};
     sl_buf_init(&k.body, MAX_ANSWER_BYTES + 1);
-    k.too_big = false;
     char worker[200], generation[64];
     char *auth = NULL;
     snprintf(worker, sizeof(worker), "X-Sandbox-Worker-ID: %s", rq->worker_id);
@@ -78,6 +101,11 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     headers = curl_slist_append(headers, "Expect:");
     if (rq->body)
         headers = curl_slist_append(headers, "Content-Type: application/json");
+    char last[128];
+    if (rq->last_event_id) {
+        snprintf(last, sizeof(last), "Last-Event-ID: %.100s", rq->last_event_id);
+        headers = curl_slist_append(headers, last);
+    }
     curl_easy_setopt(curl, CURLOPT_URL, rq->url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, rq->method);
     curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
@@ -85,7 +113,14 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, (long)CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(rq->timeout_ms + CONNECT_TIMEOUT_MS));
+    if (rq->stream) {
+        /* A stream lasts as long as its command: only silence ends it. */
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 0L);
+        curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, SL_PEER_STREAM_SILENCE_S);
+    } else {
+        curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(rq->timeout_ms + CONNECT_TIMEOUT_MS));
+    }
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &k);
     if (rq->body) {
@@ -100,7 +135,13 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(curl, CURLINFO_CONTENT_TYPE, &type);
     int result = -1;
-    if (rc != CURLE_OK || status < 100) {
+    if (k.streamed) {
+        /* Answered, and relayed as it came; how it ended (the command's
+         * end, the client gone, the owner gone) the stream itself says. */
+        a->status = (int)status;
+        a->streamed = true;
+        result = 0;
+    } else if (rc != CURLE_OK || status < 100) {
         snprintf(a->why, sizeof(a->why), "%s %.160s: %s", rq->method, rq->url,
                  k.too_big ? "answer too large" : curl_easy_strerror(rc));
     } else if (sl_buf_append(&k.body, "", 1) == 0) {

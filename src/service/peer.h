@@ -18,11 +18,20 @@ struct sl_peer_request {
     const char *body;      /* JSON, NULL = none */
     size_t body_len;
     int64_t timeout_ms;    /* the route's read timeout (§10.2) */
+    /* When set: a 2xx answer of type text/event-stream is not collected but
+     * handed here as it arrives (false stops the transfer), and instead of
+     * timeout_ms only silence longer than SL_PEER_STREAM_SILENCE_S ends it
+     * (the owner's keepalives come far more often). */
+    bool (*stream)(void *ctx, int status, const char *data, size_t len);
+    void *stream_ctx;
+    const char *last_event_id; /* sent on as Last-Event-ID; NULL = none */
 };
+#define SL_PEER_STREAM_SILENCE_S 120L
 
 struct sl_peer_answer {
     int status;     /* 0 when the peer did not answer */
     bool json;      /* Content-Type application/json */
+    bool streamed;  /* the body went to rq->stream (body NULL) */
     char *body;     /* malloc'd, NUL-terminated; NULL when no answer */
     size_t len;
     char why[256];  /* when status is 0: what went wrong (operator text) */

@@ -274,3 +274,81 @@ def test_the_fronts_owner_cache_never_changes_an_answer(daemon_factory):
     assert_error(ran(), 503, "SANDBOX_WORKER_UNREACHABLE")
     assert wait_for(lambda: ran().status != 503, 20), ran()
     assert_error(ran(), 409, "STALE_SANDBOX_ROUTE")
+
+
+def read_events(daemon, method, path, body=None, headers=None, stop_after=None):
+    """(events as (name, id, data), seconds to the first event) of a stream
+    through `daemon`; stop_after: stop once that many stdout events came."""
+    import http.client
+    c = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=60)
+    hdrs = {"Authorization": "Bearer " + daemon.token, **(headers or {})}
+    if body is not None:
+        hdrs["Content-Type"] = "application/json"
+    t0 = time.monotonic()
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=hdrs)
+    r = c.getresponse()
+    assert r.status == 200, (r.status, r.read())
+    assert r.headers["Content-Type"].startswith("text/event-stream")
+    events, first_at, name, eid, data = [], None, None, None, []
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.decode().rstrip("\n")
+        if line.startswith(":"):
+            continue
+        if line == "":
+            if name:
+                first_at = first_at or time.monotonic() - t0
+                events.append((name, eid, json.loads("\n".join(data))))
+                if name == "end" or (stop_after and
+                                     sum(e[0] == "stdout" for e in events) >= stop_after):
+                    break
+            name, eid, data = None, None, []
+            continue
+        field, _, value = line.partition(": ")
+        if field == "event":
+            name = value
+        elif field == "id":
+            eid = value
+        elif field == "data":
+            data.append(value)
+    c.close()
+    return events, first_at
+
+
+def test_streams_stdin_and_signals_through_a_replica_that_is_not_the_owner(daemon_factory):
+    """The event stream comes through the front as the owner sends it (the
+    first line long before the command ends), a reconnect there with
+    Last-Event-ID goes on where it left off, and stdin and signals reach
+    the owner's command."""
+    ds = fleet(daemon_factory)
+    via, owner, other = owned_elsewhere(ds, "fs")
+    path = f"/api/v1/sandboxes/{via.id}/exec"
+    body = {"exec_id": "fw-stream", "generation": via.generation, "stream": True,
+            "argv": ["sh", "-c", "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.5; done"]}
+    events, first_at = read_events(other, "POST", path, body, stop_after=2)
+    assert first_at < 2.0, first_at  # relayed as it comes, not at the end
+    got = "".join(d["text"] for n, i, d in events if n == "stdout")
+    assert got == "line 1\nline 2\n", got
+    last = [i for n, i, d in events if i][-1]
+    rest, _ = read_events(other, "GET", f"{path}/fw-stream/stream?generation={via.generation}",
+                          headers={"Last-Event-ID": last})
+    got += "".join(d["text"] for n, i, d in rest if n == "stdout")
+    assert got == "".join(f"line {i}\n" for i in range(1, 7))
+    assert rest[-1][0] == "end" and rest[-1][2]["status"] == "SUCCEEDED"
+    assert f"streamed from {owner.worker_id}" in other.stderr(), other.stderr()[-2000:]
+    # stdin and a signal through the front.
+    r = via.exec(["cat"], exec_id="fw-cat", background=True, stdin=True, exec_scope="scope-c1")
+    assert r.status == 200, r
+    r = via.c.post(f"{path}/fw-cat/stdin", json={"data": "via the front\n", "close": True},
+                   params={"generation": via.generation})
+    assert r.status == 200 and r.body["written"] == 14, r
+    assert wait_for(lambda: via.c.get(f"{path}/fw-cat", params={"generation": via.generation})
+                    .body["status"] != "RUNNING", 10)
+    r = via.c.get(f"{path}/fw-cat", params={"generation": via.generation})
+    assert r.body["stdout"] == "via the front\n", r
+    r = via.exec(["sleep", "30"], exec_id="fw-sleep", background=True, exec_scope="scope-c2")
+    r = via.c.post(f"{path}/fw-sleep/signal", json={"signal": "SIGKILL"},
+                   params={"generation": via.generation})
+    assert r.status == 200 and r.body == {"signalled": True}, r

@@ -1,0 +1,28 @@
+/* An event stream an owner sends, relayed by a replica to its client as it
+ * comes (a forwarded GET …/stream, or exec with "stream": true).
+ *
+ * Two sides, two threads: the forward thread pushes what the owner sends
+ * (blocking while the buffer is full, so a slow client slows the owner's
+ * stream, which holds its command back as any slow reader does); the HTTP
+ * server reads it as a body source. Whichever side goes last frees it. */
+#ifndef SL_API_STREAM_RELAY_H
+#define SL_API_STREAM_RELAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/router.h"
+
+struct sl_relay;
+
+struct sl_relay *sl_relay_new(void);
+/* The reading side, for sl_response.source (closed by the HTTP server). */
+struct sl_body_source *sl_relay_source(struct sl_relay *r);
+/* The forward thread's: false when the client is gone (stop the transfer). */
+bool sl_relay_push(struct sl_relay *r, const char *data, size_t len);
+/* The forward thread is done: the reader gets the end after what is left.
+ * never_read: the source was never handed to the HTTP server (the owner
+ * refused): it is freed here. */
+void sl_relay_end(struct sl_relay *r, bool never_read);
+
+#endif
