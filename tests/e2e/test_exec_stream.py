@@ -573,3 +573,38 @@ def test_a_reader_that_stalls_lets_go_and_is_told_what_it_missed(bp_daemon):
     assert end["stdout_bytes"] == size
     assert 0 < end["stdout_skipped"] < size, end
     sb.release()
+
+
+def test_a_shutdown_with_streams_open_ends_them_and_exits_cleanly(daemon_factory):
+    """SIGTERM while streams follow a running command, a finished one and a
+    paused one: every client gets its end (the command's, CANCELLED), the
+    daemon exits 0 and (under the sanitizers) reports nothing."""
+    from sandloom_client import Sandbox
+    d = daemon_factory({"SANDBOX_TERMINATE_GRACE_SECONDS": "0.5"})
+    sb = Sandbox(d.client(), "down-" + uuid.uuid4().hex[:8], "scope-" + uuid.uuid4().hex[:8])
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    assert sb.exec(["sleep", "60"], exec_id="long", background=True,
+                   exec_scope="scope-a").status == 200
+    assert sb.exec(["cat"], exec_id="in-1", background=True, stdin=True,
+                   exec_scope="scope-b").status == 200
+    assert sb.exec(["echo", "done"], exec_id="short", exec_scope="scope-c").status == 200
+    live = [Events(d, "GET", stream_path(sb, x)) for x in ("long", "in-1", "long")]
+    assert stdin(d, sb, "in-1", data="partial").status == 200
+    assert all(e.status == 200 for e in live)
+    # A reader that stopped reading, holding a producer back.
+    assert sb.exec(["sh", "-c", "yes | head -c 50000000"], exec_id="big", background=True,
+                   exec_scope="scope-d").status == 200
+    slow = socket.create_connection(("127.0.0.1", d.port))
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    slow.sendall((f"GET {stream_path(sb, 'big')} HTTP/1.1\r\nHost: x\r\n"
+                  f"Authorization: Bearer {d.token}\r\n\r\n").encode())
+    time.sleep(1)
+    rc = d.stop()
+    assert rc == 0, d.stderr()[-3000:]
+    assert "Sanitizer" not in d.stderr(), d.stderr()[-3000:]
+    for e in live:
+        out, err, events = collect(e)
+        assert events and events[-1][0] == "end", events[-3:]
+        assert events[-1][2]["status"] == "CANCELLED"
+        e.close()
+    slow.close()
