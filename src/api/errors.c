@@ -86,6 +86,9 @@ static const struct code_status TABLE[] = {
      "the command has no stdin to write to: start it with \"stdin\": true, and write "
      "before closing it"},
     {SL_E_EXEC_NOT_RUNNING, 409, "the command has ended"},
+    {SL_E_WATCH_LIMIT, 429,
+     "too many file watches are open (SANDBOX_MAX_WATCHES_PER_SANDBOX, SANDBOX_MAX_WATCHES): "
+     "close one"},
     {SL_E_STREAM_LIMIT, 429,
      "too many output streams are open (SANDBOX_MAX_STREAMS_PER_SANDBOX, SANDBOX_MAX_STREAMS): "
      "close one"},

@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "api/exec_stream.h"
 #include "api/forward.h"
+#include "api/fs_watch.h"
 #include "api/mcp.h"
 #include "api/tenant_view.h"
 #include "api/router.h"
@@ -682,6 +683,7 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
     /* An event stream (ours) is relayed as it comes, not collected: it
      * lasts as long as its command. It holds a forward thread meanwhile. */
     bool events = strcmp(st->route->op_id, "streamExecution") == 0 ||
+                  strcmp(st->route->op_id, "watchFiles") == 0 ||
                   (strcmp(st->route->op_id, "execCommand") == 0 &&
                    json_is_true(json_object_get(st->parsed, "stream")));
     if (events && (job->relay = sl_relay_new())) {
@@ -1426,7 +1428,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
          * 200 KB here with a 256 KiB buffer (http.h). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SL_HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (http->daemon && sl_exec_streams_start(cfg, err) < 0) {
+    if (http->daemon && (sl_exec_streams_start(cfg, err) < 0 || sl_fs_watches_start(cfg, err) < 0)) {
         sl_http_stop(http);
         return NULL;
     }
@@ -1464,6 +1466,7 @@ void sl_http_stop(struct sl_http *http)
      * Every other stream's wake came with its command's end (the service
      * finished them all before this). */
     sl_exec_streams_stop();
+    sl_fs_watches_stop();
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
     sl_conn_guard_free(http->conn_guard);

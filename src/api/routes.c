@@ -10,6 +10,7 @@
 #include "api/forward.h"
 #include "api/exec_request.h"
 #include "api/exec_stream.h"
+#include "api/fs_watch.h"
 #include "api/mcp.h"
 #include "api/pages.h"
 #include "api/router.h"
@@ -1307,6 +1308,42 @@ static void h_file_list(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* Ours: GET …/files/watch?path=&recursive= — what changes under a
+ * directory, as events (api/fs_watch.h). */
+static void h_file_watch(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    struct sl_file_path path = {0};
+    int64_t generation = 0;
+    query_path_generation(req, &v, &path, &generation);
+    const char *rec = query(req, "recursive");
+    if (rec && strcmp(rec, "true") != 0 && strcmp(rec, "false") != 0)
+        sl_v_fail_in(&v, SL_V_QUERY, "recursive", "must be true or false");
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+        sl_v_free(&v);
+        return;
+    }
+    sl_v_free(&v);
+    struct sl_error err = {0};
+    char *canonical = NULL;
+    int fd = sl_svc_watch_open(req->svc, req->params[0], generation, path.s, path.len,
+                               &canonical, &err);
+    struct sl_body_source *src =
+        fd >= 0 ? sl_fs_watch_open(req->params[0], fd, canonical,
+                                   rec && strcmp(rec, "true") == 0, &err)
+                : NULL;
+    free(canonical);
+    if (!src) {
+        respond_result(resp, NULL, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "text/event-stream";
+    resp->source = src;
+}
+
 static void h_file_mkdir(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
@@ -1378,6 +1415,10 @@ static const struct sl_query_param Q_POLL[] = {{"generation", "integer", true},
                                                {"stdout_offset", "integer", false},
                                                {"stderr_offset", "integer", false},
                                                {NULL, NULL, false}};
+static const struct sl_query_param Q_WATCH[] = {{"path", "string", true},
+                                                {"generation", "integer", true},
+                                                {"recursive", "string", false},
+                                                {NULL, NULL, false}};
 static const struct sl_query_param Q_STREAM[] = {
     {"generation", "integer", true}, {"offset", "string", false}, {NULL, NULL, false}};
 static const struct sl_query_param Q_ADMIN_SANDBOXES[] = {{"status", "string", false},
@@ -1510,6 +1551,9 @@ const struct sl_route_def sl_routes[] = {
      "FileWriteRequest", "FileWriteResponse", NULL, SL_ROUTE_FILE_MAX_BODY, false, false, true, false},
     {"GET", SBX "/files", h_file_read, true, false, "readFile", "Read a file", NULL,
      "FileReadResponse", Q_FILE, 0, false, false, true, false},
+    {"GET", SBX "/files/watch", h_file_watch, true, false, "watchFiles",
+     "Follow changes under a directory as events", NULL, NULL, Q_WATCH, 0, false, false, true,
+     false},
     {"GET", SBX "/files/list", h_file_list, true, false, "listDirectory", "List a directory",
      NULL, "DirectoryListResponse", Q_LIST, 0, false, false, true, false},
     {"POST", SBX "/files/mkdir", h_file_mkdir, true, true, "makeDirectory", "Create a directory",
@@ -1542,6 +1586,7 @@ const struct sl_route_def sl_routes[] = {
     INTERNAL("PUT", "/files", h_file_write, true, SL_ROUTE_FILE_MAX_BODY, false),
     INTERNAL("GET", "/files", h_file_read, false, 0, false),
     INTERNAL("GET", "/files/list", h_file_list, false, 0, false),
+    INTERNAL("GET", "/files/watch", h_file_watch, false, 0, false),
     INTERNAL("POST", "/files/mkdir", h_file_mkdir, true, 0, false),
     INTERNAL("POST", "/files/delete", h_file_delete, true, 0, false),
     INTERNAL("POST", "/files/move", h_file_move, true, 0, false),

@@ -62,6 +62,7 @@
 #define SL_E_EGRESS_NOT_INSTALLED "EGRESS_POLICY_NOT_INSTALLED" /* 503, ours: cut off */
 #define SL_E_STREAM_LIMIT "SANDBOX_STREAM_LIMIT" /* 429, ours: open streams per sandbox/worker */
 #define SL_E_STDIN_CLOSED "SANDBOX_STDIN_CLOSED"   /* 409, ours: no stdin to write to */
+#define SL_E_WATCH_LIMIT "SANDBOX_WATCH_LIMIT"     /* 429, ours: file watches per sandbox/worker */
 #define SL_E_EXEC_NOT_RUNNING "SANDBOX_EXEC_NOT_RUNNING" /* 409, ours: it has ended */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */

@@ -241,6 +241,8 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_MAX_STREAMS", max_streams, "2048", 1, 65536),
     V_INT("SANDBOX_STREAM_KEEPALIVE_SECONDS", stream_keepalive_seconds, "15", 1, 3600),
     V_INT("SANDBOX_STREAM_STALL_SECONDS", stream_stall_seconds, "30", 1, 86400),
+    V_INT("SANDBOX_MAX_WATCHES_PER_SANDBOX", max_watches_per_sandbox, "8", 1, 1024),
+    V_INT("SANDBOX_MAX_WATCHES", max_watches, "64", 1, 4096),
     V_INT("SANDBOX_MAX_FILE_API_BYTES", max_file_api_bytes, "33554432", 1, NOLIM),
     V_INT("SANDBOX_MAX_LIST_ENTRIES", max_list_entries, "1000", 1, 10000),
     V_INT("SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX", max_parallel_execs_per_sandbox, "16", 1, 64),

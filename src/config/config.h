@@ -92,7 +92,7 @@ struct sl_config {
     /* 2.4 API limits */
     int64_t max_output_bytes;
     int64_t stream_retain_bytes, max_streams_per_sandbox, max_streams, stream_keepalive_seconds;
-    int64_t stream_stall_seconds;
+    int64_t stream_stall_seconds, max_watches_per_sandbox, max_watches;
     int64_t max_file_api_bytes;
     int64_t max_list_entries;
     int64_t auth_failures_per_minute;

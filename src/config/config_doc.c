@@ -85,6 +85,8 @@ const struct sl_config_doc sl_config_docs[] = {
     OURS("SANDBOX_MAX_STREAMS_PER_SANDBOX", "Output streams open at once on one sandbox's commands; past it `429 SANDBOX_STREAM_LIMIT`."),
     OURS("SANDBOX_MAX_STREAMS", "Output streams open at once on this worker; past it `429 SANDBOX_STREAM_LIMIT`."),
     OURS("SANDBOX_STREAM_STALL_SECONDS", "A stream's reader that falls behind by more than `SANDBOX_STREAM_RETAIN_BYTES` pauses its command (the command waits writing its output, so no byte is lost); one that does not read for this long lets go, and gets a `gap` event when it reads again."),
+    OURS("SANDBOX_MAX_WATCHES_PER_SANDBOX", "File watches (`GET …/files/watch`) open at once on one sandbox; past it `429 SANDBOX_WATCH_LIMIT`."),
+    OURS("SANDBOX_MAX_WATCHES", "File watches open at once on this worker (each is an inotify instance of the daemon's); past it `429 SANDBOX_WATCH_LIMIT`."),
     OURS("SANDBOX_STREAM_KEEPALIVE_SECONDS", "A stream with nothing to send for this long sends an SSE comment, so proxies and clients keep an idle stream open."),
     REF("SANDBOX_MAX_FILE_API_BYTES", "Largest file the file API reads or writes; also sets the MCP request limit (this plus 1 MiB)."),
     REF("SANDBOX_MAX_LIST_ENTRIES", "Largest page a directory listing answers."),

@@ -48,6 +48,24 @@ static int file_prepare(struct sl_service *svc, const char *sandbox_id, int64_t 
     return fd;
 }
 
+int sl_svc_watch_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      const char *path, size_t path_len, char **canonical,
+                      struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    struct file_ctx ctx;
+    int root = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
+    if (root < 0)
+        return -1;
+    int dir = ws_dir_open(&t, path, path_len, canonical, err);
+    if (dir < 0) {
+        close(root);
+        return -1;
+    }
+    close(dir);
+    return root;
+}
+
 static void file_done(struct sl_service *svc, const char *sandbox_id, int64_t generation)
 {
     svc_live_touch(svc, sandbox_id);

@@ -164,6 +164,14 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
 json_t *sl_svc_exec_get(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                         int64_t generation, struct sl_error *err);
 struct sl_outlog;
+/* Ours: the directory a file watch follows, checked as a listing checks
+ * it (fenced, the file API's path rules): the sandbox root's descriptor
+ * (O_PATH, the caller's: the watch opens its directories beneath it, and
+ * holds none of them open, so their removal is seen) and the directory's
+ * canonical path in *canonical (malloc'd). */
+int sl_svc_watch_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      const char *path, size_t path_len, char **canonical,
+                      struct sl_error *err);
 /* Ours: a command's output log (service/outlog.h; a reference the caller
  * puts): the running command's, live, or one holding its record's output
  * when it has ended. Fenced like the poll; 404 EXEC_NOT_FOUND. */

@@ -534,6 +534,25 @@ static inline void ws_listing_freep(struct sl_ws_listing **l)
     sl_ws_listing_free(*l);
 }
 
+int ws_dir_open(const struct sl_ws_target *t, const char *path, size_t path_len,
+                char **canonical, struct sl_error *err)
+{
+    _cleanup_wpath_ struct sl_wpath p = {0};
+    if (sl_wpath_parse(path, path_len, &p, err) < 0)
+        return -1;
+    _cleanup_close_ int ws = ws_open_workspace(t, &p, err);
+    if (ws < 0)
+        return -1;
+    int dir = ws_walk(t, ws, p.comps, p.n, false, false);
+    if (dir < 0)
+        return ws_walk_failed(err, errno, MSG_NO_SUCH, MSG_NOT_DIR, "watch", &p);
+    if (!(*canonical = strdup(p.canonical))) {
+        close(dir);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return dir;
+}
+
 int ws_file_list(const struct sl_ws_target *t, const char *path, size_t path_len, int64_t limit,
                  int64_t offset, struct sl_ws_listing *out, struct sl_error *err)
 {

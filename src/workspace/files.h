@@ -67,6 +67,11 @@ int ws_file_write(const struct sl_ws_target *t, const char *path, size_t path_le
 /* On success out holds the content (caller frees out->data). */
 int ws_file_read(const struct sl_ws_target *t, const char *path, size_t path_len,
                  struct sl_buf *out, struct sl_error *err);
+/* A directory of the workspace opened for reading (a watch's root): the
+ * same path rules and refusals as a listing, no lock held after. Its
+ * canonical path in *canonical (malloc'd). */
+int ws_dir_open(const struct sl_ws_target *t, const char *path, size_t path_len,
+                char **canonical, struct sl_error *err);
 int ws_file_list(const struct sl_ws_target *t, const char *path, size_t path_len, int64_t limit,
                  int64_t offset, struct sl_ws_listing *out, struct sl_error *err);
 int ws_file_mkdir(const struct sl_ws_target *t, const char *path, size_t path_len, bool parents,

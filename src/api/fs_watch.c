@@ -1,0 +1,521 @@
+/* File watching as Server-Sent Events (fs_watch.h). */
+#include "api/fs_watch.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#include <unistd.h>
+
+#include "common/syscalls.h"
+#include "common/util.h"
+#include "config/config.h"
+
+#define RESOLVE (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+#define MASK                                                                                       \
+    (IN_CREATE | IN_DELETE | IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |            \
+     IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK)
+/* Encoded events queued per watch, at most (bytes): past it, dropped. */
+#define QUEUE_BYTES (256 * 1024)
+
+struct watch_dir {
+    int wd;
+    char *rel; /* "" for the root, else "a/b" */
+};
+
+struct fs_watch {
+    struct sl_body_source src;
+    struct fs_watch *prev, *next; /* the registry's */
+    char sandbox_id[129];
+    int ino;         /* its inotify instance */
+    int root;        /* the sandbox root (O_PATH): directories open beneath it */
+    char *canonical; /* "/workspace/…": canonical + 1 is its path beneath root */
+    bool recursive;
+    struct watch_dir *dirs;
+    size_t ndirs;
+    /* lock: the queue, shared by the watcher thread and the reader. */
+    pthread_mutex_t lock;
+    struct sl_buf queue; /* encoded events */
+    size_t queued;       /* events in it */
+    uint64_t dropped, seq;
+    char last_modify[512]; /* a queued modify of this path: the next one coalesces */
+    bool ended, end_sent, waiting, keepalive_due;
+    int64_t last_send_us;
+    char *sending; /* what the reader hands out (taken from the queue) */
+    size_t sending_len, sending_pos;
+    int refs; /* the registry's and the reader's */
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct fs_watch *all;
+    int count;
+    int64_t per_sandbox, per_worker, keepalive_us;
+    int epfd, wake;
+    pthread_t thread;
+    bool started, stopping;
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .wake = -1};
+
+static void watch_put(struct fs_watch *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool last = --w->refs == 0;
+    pthread_mutex_unlock(&w->lock);
+    if (!last)
+        return;
+    for (size_t i = 0; i < w->ndirs; i++)
+        free(w->dirs[i].rel);
+    free(w->dirs);
+    if (w->ino >= 0)
+        close(w->ino);
+    if (w->root >= 0)
+        close(w->root);
+    sl_buf_free(&w->queue);
+    free(w->sending);
+    free(w->canonical);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}
+
+/* ---- directories ---- */
+
+/* A directory of the watch (rel "" its own), opened beneath the sandbox
+ * root without following any link; -1 when it cannot be. */
+static int open_rel(const struct fs_watch *w, const char *rel)
+{
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof(path), "%s%s%s", w->canonical + 1, rel[0] ? "/" : "", rel) >=
+        sizeof(path)) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return sl_openat2(w->root, path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0, RESOLVE);
+}
+
+static int add_dir(struct fs_watch *w, const char *rel)
+{
+    if (w->ndirs >= SL_WATCH_MAX_DIRS)
+        return -1;
+    int fd = open_rel(w, rel);
+    if (fd < 0)
+        return -1;
+    /* The descriptor's own directory, whatever its path names now. */
+    char self[64];
+    snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+    int wd = inotify_add_watch(w->ino, self, MASK);
+    close(fd);
+    if (wd < 0)
+        return -1;
+    struct watch_dir *grown = realloc(w->dirs, (w->ndirs + 1) * sizeof(*grown));
+    char *copy = strdup(rel);
+    if (!grown || !copy) {
+        free(copy);
+        if (grown)
+            w->dirs = grown;
+        inotify_rm_watch(w->ino, wd);
+        return -1;
+    }
+    w->dirs = grown;
+    w->dirs[w->ndirs++] = (struct watch_dir){.wd = wd, .rel = copy};
+    return 0;
+}
+
+static void enqueue(struct fs_watch *w, const char *type, const char *kind, const char *path,
+                    const char *from);
+
+/* Every directory below rel, depth first; -1 past SL_WATCH_MAX_DIRS. With
+ * report (a directory that just appeared, under w->lock), what is already
+ * in it is reported created: it was, after the watch began, and before
+ * its own watch could see it. */
+static int add_tree(struct fs_watch *w, const char *rel, bool report)
+{
+    if (add_dir(w, rel) < 0)
+        return -1;
+    int fd = open_rel(w, rel);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return 0; /* gone meanwhile: nothing below it */
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char sub[4096];
+        if ((size_t)snprintf(sub, sizeof(sub), "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) >=
+            sizeof(sub))
+            continue;
+        if (report) {
+            char path[4200];
+            snprintf(path, sizeof(path), "%s/%s", w->canonical, sub);
+            enqueue(w, "create", e->d_type == DT_DIR ? "directory" : "file", path, NULL);
+        }
+        if (e->d_type == DT_DIR)
+            rc = add_tree(w, sub, report);
+    }
+    closedir(d);
+    return rc;
+}
+
+static const char *dir_of(const struct fs_watch *w, int wd)
+{
+    for (size_t i = 0; i < w->ndirs; i++)
+        if (w->dirs[i].wd == wd)
+            return w->dirs[i].rel;
+    return NULL;
+}
+
+/* ---- the queue ---- */
+
+/* Under w->lock: one encoded event, or counted as dropped. */
+static void enqueue(struct fs_watch *w, const char *type, const char *kind, const char *path,
+                    const char *from)
+{
+    if (strcmp(type, "modify") == 0 && strcmp(w->last_modify, path) == 0)
+        return; /* the same file written again before the reader came */
+    json_t *doc = json_pack("{s:s,s:s,s:s}", "type", type, "path", path, "kind", kind);
+    if (doc && from)
+        json_object_set_new(doc, "from", json_string(from));
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    char head[64];
+    int n = snprintf(head, sizeof(head),
+                     "id: %llu\nevent: fs\ndata: ", (unsigned long long)(w->seq + 1));
+    size_t need = text ? (size_t)n + strlen(text) + 2 : 0;
+    if (!text || w->queued >= SL_WATCH_QUEUE || w->queue.len + need > QUEUE_BYTES ||
+        sl_buf_append(&w->queue, head, (size_t)n) < 0 ||
+        sl_buf_append(&w->queue, text, strlen(text)) < 0 ||
+        sl_buf_append(&w->queue, "\n\n", 2) < 0) {
+        w->dropped++;
+    } else {
+        w->seq++;
+        w->queued++;
+        snprintf(w->last_modify, sizeof(w->last_modify), "%s",
+                 strcmp(type, "modify") == 0 ? path : "");
+    }
+    free(text);
+}
+
+/* Under w->lock: whether the reader waits, and is now the caller's to wake
+ * (after the lock: it is suspended until then, and only this wakes it). */
+static bool take_waiting(struct fs_watch *w)
+{
+    bool was = w->waiting;
+    w->waiting = false;
+    return was;
+}
+
+/* ---- the watcher thread ---- */
+
+static void full_path(const struct fs_watch *w, const char *dir, const char *name, char *out,
+                      size_t size)
+{
+    snprintf(out, size, "%s%s%s%s%s", w->canonical, dir[0] ? "/" : "", dir, name[0] ? "/" : "",
+             name);
+}
+
+/* What one inotify read said, into the queue. */
+static void take_events(struct fs_watch *w, const char *buf, size_t len)
+{
+    char from[4096] = "", from_kind[16] = "";
+    uint32_t from_cookie = 0;
+    for (size_t at = 0; at + sizeof(struct inotify_event) <= len;) {
+        const struct inotify_event *ev = (const void *)(buf + at);
+        at += sizeof(*ev) + ev->len;
+        if (ev->mask & IN_Q_OVERFLOW) {
+            w->dropped++;
+            continue;
+        }
+        const char *dir = dir_of(w, ev->wd);
+        if (!dir)
+            continue;
+        if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED)) {
+            if (!dir[0])
+                w->ended = true; /* the watched directory itself */
+            continue;
+        }
+        const char *name = ev->len ? ev->name : "";
+        const char *kind = ev->mask & IN_ISDIR ? "directory" : "file";
+        char path[4096];
+        full_path(w, dir, name, path, sizeof(path));
+        if (from[0] && !((ev->mask & IN_MOVED_TO) && ev->cookie == from_cookie)) {
+            enqueue(w, "delete", from_kind, from, NULL); /* moved out of the tree */
+            from[0] = '\0';
+        }
+        if (ev->mask & IN_MOVED_FROM) {
+            snprintf(from, sizeof(from), "%s", path);
+            snprintf(from_kind, sizeof(from_kind), "%s", kind);
+            from_cookie = ev->cookie;
+        } else if (ev->mask & IN_MOVED_TO) {
+            enqueue(w, from[0] ? "move" : "create", kind, path, from[0] ? from : NULL);
+            from[0] = '\0';
+        } else if (ev->mask & IN_CREATE) {
+            enqueue(w, "create", kind, path, NULL);
+        } else if (ev->mask & IN_DELETE) {
+            enqueue(w, "delete", kind, path, NULL);
+        } else if (ev->mask & IN_MODIFY) {
+            enqueue(w, "modify", kind, path, NULL);
+        }
+        /* A new directory of a recursive watch is watched too, and what
+         * was made in it before that is reported (add_tree). */
+        if (w->recursive && (ev->mask & IN_ISDIR) && (ev->mask & (IN_CREATE | IN_MOVED_TO))) {
+            char rel[4096];
+            snprintf(rel, sizeof(rel), "%s%s%s", dir, dir[0] ? "/" : "", name);
+            if (add_tree(w, rel, true) < 0)
+                w->dropped++;
+        }
+    }
+    if (from[0])
+        enqueue(w, "delete", from_kind, from, NULL);
+}
+
+static void *watcher_main(void *arg)
+{
+    (void)arg;
+    char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
+    for (;;) {
+        struct epoll_event ev[32];
+        int n = epoll_wait(reg.epfd, ev, 32, 1000);
+        pthread_mutex_lock(&reg.lock);
+        if (reg.stopping) {
+            pthread_mutex_unlock(&reg.lock);
+            return NULL;
+        }
+        struct fs_watch *wake[64];
+        size_t nw = 0;
+        for (int i = 0; i < n; i++) {
+            struct fs_watch *w = ev[i].data.ptr;
+            if (!w)
+                continue; /* the control eventfd */
+            /* Closed since epoll_wait? Then it is no longer listed. */
+            bool listed = false;
+            for (struct fs_watch *p = reg.all; p && !listed; p = p->next)
+                listed = p == w;
+            if (!listed)
+                continue;
+            ssize_t got = read(w->ino, buf, sizeof(buf));
+            pthread_mutex_lock(&w->lock);
+            if (got > 0)
+                take_events(w, buf, (size_t)got);
+            if ((w->queued || w->dropped || w->ended) && take_waiting(w) && nw < 64)
+                wake[nw++] = w;
+            pthread_mutex_unlock(&w->lock);
+        }
+        int64_t now = sl_mono_us();
+        for (struct fs_watch *w = reg.all; w && nw < 64; w = w->next) {
+            pthread_mutex_lock(&w->lock);
+            if (now - w->last_send_us >= reg.keepalive_us && take_waiting(w)) {
+                w->keepalive_due = true;
+                w->last_send_us = now;
+                wake[nw++] = w;
+            }
+            pthread_mutex_unlock(&w->lock);
+        }
+        pthread_mutex_unlock(&reg.lock);
+        /* After the lock: a watch taken from waiting is suspended, and
+         * nothing closes a suspended connection, so it is there to wake. */
+        for (size_t i = 0; i < nw; i++)
+            wake[i]->src.wake(wake[i]->src.wake_ctx);
+        if (n < 0 && errno != EINTR)
+            usleep(100000);
+    }
+}
+
+/* ---- the body source ---- */
+
+static ssize_t watch_read(struct sl_body_source *src, char *out, size_t max)
+{
+    struct fs_watch *w = (struct fs_watch *)src;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        if (w->sending_pos < w->sending_len) {
+            size_t n = w->sending_len - w->sending_pos;
+            n = n < max ? n : max;
+            memcpy(out, w->sending + w->sending_pos, n);
+            w->sending_pos += n;
+            w->last_send_us = sl_mono_us();
+            pthread_mutex_unlock(&w->lock);
+            return (ssize_t)n;
+        }
+        free(w->sending);
+        w->sending = NULL;
+        w->sending_len = w->sending_pos = 0;
+        char extra[128] = "";
+        if (w->dropped)
+            snprintf(extra, sizeof(extra), "event: overflow\ndata: {\"dropped\":%llu}\n\n",
+                     (unsigned long long)w->dropped);
+        else if (w->keepalive_due && !w->queued)
+            snprintf(extra, sizeof(extra), ": keepalive\n\n");
+        if (w->queued || extra[0]) {
+            /* The queue (then what it could not keep) goes out as one. */
+            size_t n = w->queue.len + strlen(extra);
+            w->sending = malloc(n + 1);
+            if (!w->sending) {
+                pthread_mutex_unlock(&w->lock);
+                return -1;
+            }
+            memcpy(w->sending, w->queue.data ? w->queue.data : "", w->queue.len);
+            memcpy(w->sending + w->queue.len, extra, strlen(extra));
+            w->sending_len = n;
+            w->queue.len = 0;
+            w->queued = 0;
+            w->dropped = 0;
+            w->keepalive_due = false;
+            w->last_modify[0] = '\0';
+            continue;
+        }
+        if (w->ended && !w->end_sent) {
+            w->end_sent = true;
+            w->sending = strdup("event: end\ndata: {\"reason\":\"deleted\"}\n\n");
+            w->sending_len = w->sending ? strlen(w->sending) : 0;
+            continue;
+        }
+        if (w->end_sent) {
+            pthread_mutex_unlock(&w->lock);
+            return -1;
+        }
+        w->waiting = true;
+        pthread_mutex_unlock(&w->lock);
+        return 0;
+    }
+}
+
+static void watch_close(struct sl_body_source *src)
+{
+    struct fs_watch *w = (struct fs_watch *)src;
+    pthread_mutex_lock(&reg.lock);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        reg.all = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    reg.count--;
+    (void)epoll_ctl(reg.epfd, EPOLL_CTL_DEL, w->ino, NULL);
+    pthread_mutex_unlock(&reg.lock);
+    watch_put(w); /* the registry's */
+    watch_put(w); /* the reader's */
+}
+
+struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, const char *canonical,
+                                        bool recursive, struct sl_error *err)
+{
+    struct fs_watch *w = calloc(1, sizeof(*w));
+    if (!w) {
+        close(rootfd);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
+    w->src.read = watch_read;
+    w->src.close = watch_close;
+    w->root = rootfd;
+    w->ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    w->canonical = strdup(canonical);
+    w->recursive = recursive;
+    w->refs = 2;
+    w->last_send_us = sl_mono_us();
+    snprintf(w->sandbox_id, sizeof(w->sandbox_id), "%s", sandbox_id);
+    pthread_mutex_init(&w->lock, NULL);
+    sl_buf_init(&w->queue, QUEUE_BYTES);
+    if (w->ino < 0 || !w->canonical) {
+        sl_error_errno(err, SL_E_INTERNAL, "cannot start a file watch");
+        w->refs = 1;
+        watch_put(w);
+        return NULL;
+    }
+    if ((recursive ? add_tree(w, "", false) : add_dir(w, "")) < 0) {
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                     "cannot watch %s: more than %d directories under it, or it is gone", canonical,
+                     SL_WATCH_MAX_DIRS);
+        w->refs = 1;
+        watch_put(w);
+        return NULL;
+    }
+    pthread_mutex_lock(&reg.lock);
+    int here = 0;
+    for (struct fs_watch *p = reg.all; p; p = p->next)
+        here += strcmp(p->sandbox_id, w->sandbox_id) == 0;
+    bool over = reg.count >= reg.per_worker || here >= reg.per_sandbox;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
+    if (!over && epoll_ctl(reg.epfd, EPOLL_CTL_ADD, w->ino, &ev) == 0) {
+        w->next = reg.all;
+        if (reg.all)
+            reg.all->prev = w;
+        reg.all = w;
+        reg.count++;
+    } else if (!over) {
+        over = true;
+        here = -1;
+    }
+    pthread_mutex_unlock(&reg.lock);
+    if (over) {
+        if (here < 0)
+            sl_error_errno(err, SL_E_INTERNAL, "cannot start a file watch");
+        else
+            sl_error_set(err, SL_E_WATCH_LIMIT, 0, "this %s already has %lld file watches open",
+                         here >= reg.per_sandbox ? "sandbox" : "worker",
+                         (long long)(here >= reg.per_sandbox ? reg.per_sandbox : reg.per_worker));
+        w->refs = 1;
+        watch_put(w);
+        return NULL;
+    }
+    return &w->src;
+}
+
+int sl_fs_watches_start(const struct sl_config *cfg, struct sl_error *err)
+{
+    reg.per_sandbox = cfg->max_watches_per_sandbox;
+    reg.per_worker = cfg->max_watches;
+    reg.keepalive_us = cfg->stream_keepalive_seconds * 1000000;
+    reg.stopping = false;
+    reg.epfd = epoll_create1(EPOLL_CLOEXEC);
+    reg.wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+    if (reg.epfd < 0 || reg.wake < 0 || epoll_ctl(reg.epfd, EPOLL_CTL_ADD, reg.wake, &ev) < 0 ||
+        pthread_create(&reg.thread, NULL, watcher_main, NULL) != 0) {
+        sl_error_errno(err, SL_E_INTERNAL, "cannot start the file watcher");
+        if (reg.epfd >= 0)
+            close(reg.epfd);
+        if (reg.wake >= 0)
+            close(reg.wake);
+        reg.epfd = reg.wake = -1;
+        return -1;
+    }
+    reg.started = true;
+    return 0;
+}
+
+void sl_fs_watches_stop(void)
+{
+    if (!reg.started)
+        return;
+    pthread_mutex_lock(&reg.lock);
+    reg.stopping = true;
+    /* A waiting watch's connection must be resumed before the server
+     * stops: it then ends (its reader sees the end). */
+    struct fs_watch *wake[256];
+    size_t nw = 0;
+    for (struct fs_watch *w = reg.all; w; w = w->next) {
+        pthread_mutex_lock(&w->lock);
+        w->ended = true; /* a reader not waiting now sees it next time */
+        if (nw < 256 && take_waiting(w))
+            wake[nw++] = w;
+        pthread_mutex_unlock(&w->lock);
+    }
+    pthread_mutex_unlock(&reg.lock);
+    for (size_t i = 0; i < nw; i++)
+        wake[i]->src.wake(wake[i]->src.wake_ctx);
+    uint64_t one = 1;
+    (void)write(reg.wake, &one, sizeof(one));
+    pthread_join(reg.thread, NULL);
+    reg.started = false;
+}
