@@ -399,6 +399,18 @@ int sl_exec_stream_parse_offset(const char *text, uint64_t off[2])
 
 /* ---- keepalives ---- */
 
+/* A holder of a paused log that has not read since before the pause for
+ * SANDBOX_STREAM_STALL_SECONDS (a reader that was idle only because
+ * nothing came is not stalled until the pause is that old). */
+static bool stalled(struct exec_stream *s, int64_t now)
+{
+    int64_t since = 0;
+    if (!sl_outlog_paused(s->log, &since))
+        return false;
+    int64_t from = s->reader.moved_us > since ? s->reader.moved_us : since;
+    return now - from >= reg.stall_us;
+}
+
 static void *ticker_main(void *arg)
 {
     (void)arg;
@@ -428,8 +440,7 @@ static void *ticker_main(void *arg)
          * so the stream cannot be closed meanwhile (nothing on the way to
          * the runtime takes reg.lock). */
         for (struct exec_stream *s = reg.all; s; s = s->next)
-            if (s->holding && now - s->reader.moved_us >= reg.stall_us &&
-                sl_outlog_paused(s->log)) {
+            if (s->holding && stalled(s, now)) {
                 s->holding = false;
                 sl_outlog_unhold(s->log, &s->reader);
             }

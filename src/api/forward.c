@@ -23,6 +23,7 @@ bool sl_forward_run(const struct sl_forward_request *rq, struct sl_response *out
         .stream = rq->stream,
         .stream_ctx = rq->stream_ctx,
         .last_event_id = rq->last_event_id,
+        .keep_going = rq->keep_going,
     };
     struct sl_peer_answer a;
     if (sl_peer_call(&p, &a) < 0) {

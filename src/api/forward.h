@@ -34,6 +34,7 @@ struct sl_forward_request {
     bool (*stream)(void *ctx, int status, const char *data, size_t len);
     void *stream_ctx;
     const char *last_event_id;
+    bool (*keep_going)(void *ctx);
 };
 
 /* Fills *out (body malloc'd): the owner's answer, or a 503 when the owner

@@ -495,6 +495,12 @@ static bool relay_out(void *ctx, int status, const char *data, size_t len)
     return sl_relay_push(job->relay, data, len);
 }
 
+static bool relay_open(void *ctx)
+{
+    struct forward_job *job = ctx;
+    return sl_relay_open(job->relay);
+}
+
 static void run_forward(void *arg)
 {
     struct forward_job *job = arg;
@@ -686,9 +692,21 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
                   strcmp(st->route->op_id, "watchFiles") == 0 ||
                   (strcmp(st->route->op_id, "execCommand") == 0 &&
                    json_is_true(json_object_get(st->parsed, "stream")));
-    if (events && (job->relay = sl_relay_new())) {
+    if (events && !(job->relay = sl_relay_new()) && errno == EBUSY) {
+        free(job->url);
+        free(job->body);
+        free(job);
+        free(resp->body);
+        resp->body = NULL;
+        answer_error(st, SL_E_STREAM_LIMIT,
+                     "this replica already relays as many streams as it may: open the stream "
+                     "on the worker that holds the sandbox (its route names it)");
+        return;
+    }
+    if (events && job->relay) {
         job->rq.stream = relay_out;
         job->rq.stream_ctx = job;
+        job->rq.keep_going = relay_open;
         const char *last =
             MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, "Last-Event-ID");
         if (last && *last) {
@@ -1461,6 +1479,9 @@ void sl_http_stop(struct sl_http *http)
      * handler pool, which must be alive then. */
     sl_pool_free(http->key_checks);
     sl_pool_free(http->handlers);
+    /* Relayed streams last as long as their commands: their clients are
+     * let go, so the forward threads end within a second. */
+    sl_relays_close_all();
     sl_pool_free(http->forwards);
     /* Its keepalives resume suspended connections: not once MHD frees them.
      * Every other stream's wake came with its command's end (the service

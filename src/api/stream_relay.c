@@ -1,6 +1,7 @@
 /* An owner's event stream relayed to a replica's client (stream_relay.h). */
 #include "api/stream_relay.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +14,19 @@ struct sl_relay {
     pthread_mutex_t lock;
     pthread_cond_t room; /* the writer waits for the reader */
     char *buf;
-    size_t start, len; /* a ring of RELAY_BYTES */
-    bool ended;        /* the writer is done */
-    bool closed;       /* the reader is done */
-    bool waiting;      /* the reader waits: the next push (or the end) wakes it */
-    int refs;          /* the two sides */
+    size_t start, len;            /* a ring of RELAY_BYTES */
+    bool ended;                   /* the writer is done */
+    bool closed;                  /* the reader is done */
+    bool waiting;                 /* the reader waits: the next push (or the end) wakes it */
+    int refs;                     /* the two sides */
+    struct sl_relay *prev, *next; /* every relay open (the registry's) */
 };
+
+static struct {
+    pthread_mutex_t lock;
+    struct sl_relay *all;
+    int count;
+} relays = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void put_ref(struct sl_relay *r)
 {
@@ -27,6 +35,15 @@ static void put_ref(struct sl_relay *r)
     pthread_mutex_unlock(&r->lock);
     if (!last)
         return;
+    pthread_mutex_lock(&relays.lock);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        relays.all = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    relays.count--;
+    pthread_mutex_unlock(&relays.lock);
     pthread_cond_destroy(&r->room);
     pthread_mutex_destroy(&r->lock);
     free(r->buf);
@@ -89,7 +106,45 @@ struct sl_relay *sl_relay_new(void)
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->room, NULL);
     r->refs = 2;
+    pthread_mutex_lock(&relays.lock);
+    bool full = relays.count >= SL_RELAY_MAX;
+    if (!full) {
+        r->next = relays.all;
+        if (relays.all)
+            relays.all->prev = r;
+        relays.all = r;
+        relays.count++;
+    }
+    pthread_mutex_unlock(&relays.lock);
+    if (full) {
+        pthread_cond_destroy(&r->room);
+        pthread_mutex_destroy(&r->lock);
+        free(r->buf);
+        free(r);
+        errno = EBUSY;
+        return NULL;
+    }
     return r;
+}
+
+bool sl_relay_open(struct sl_relay *r)
+{
+    pthread_mutex_lock(&r->lock);
+    bool open = !r->closed;
+    pthread_mutex_unlock(&r->lock);
+    return open;
+}
+
+void sl_relays_close_all(void)
+{
+    pthread_mutex_lock(&relays.lock);
+    for (struct sl_relay *r = relays.all; r; r = r->next) {
+        pthread_mutex_lock(&r->lock);
+        r->closed = true;
+        pthread_cond_signal(&r->room);
+        pthread_mutex_unlock(&r->lock);
+    }
+    pthread_mutex_unlock(&relays.lock);
 }
 
 struct sl_body_source *sl_relay_source(struct sl_relay *r)

@@ -15,7 +15,17 @@
 
 struct sl_relay;
 
+/* Streams one replica relays at once, at most: each holds a forward thread
+ * (SL_HTTP_FORWARD_THREADS), and the other forwards need theirs. */
+#define SL_RELAY_MAX 32
+
+/* NULL: out of memory, or errno EBUSY with SL_RELAY_MAX relays open. */
 struct sl_relay *sl_relay_new(void);
+/* Whether the client still reads (the forward's transfer goes on). */
+bool sl_relay_open(struct sl_relay *r);
+/* Server stop: every relay's client side is closed, so each forward ends
+ * at its transfer's next check (within a second). */
+void sl_relays_close_all(void);
 /* The reading side, for sl_response.source (closed by the HTTP server). */
 struct sl_body_source *sl_relay_source(struct sl_relay *r);
 /* The forward thread's: false when the client is gone (stop the transfer). */

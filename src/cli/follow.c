@@ -26,7 +26,8 @@ static void dispatch(struct follower *f)
 {
     if (f->id[0])
         snprintf(f->last_id, sizeof(f->last_id), "%s", f->id);
-    json_t *doc = f->data.len ? json_loadb(f->data.data, f->data.len, 0, NULL) : NULL;
+    /* Output may hold NUL (\u0000 in its text). */
+    json_t *doc = f->data.len ? json_loadb(f->data.data, f->data.len, JSON_ALLOW_NUL, NULL) : NULL;
     bool out = strcmp(f->event, "stdout") == 0, err = strcmp(f->event, "stderr") == 0;
     if (out || err) {
         FILE *to = out ? stdout : stderr;
@@ -121,6 +122,9 @@ static int connect_once(struct cli_sandbox *sb, json_t *body, const char *exec_i
             headers[0] = last;
         }
     }
+    /* A new connection starts a new stream: nothing of a cut event stays. */
+    f->line.len = f->data.len = 0;
+    f->event[0] = f->id[0] = '\0';
     struct cli_exchange x = {
         .method = body ? "POST" : "GET",
         .path = path,

@@ -239,7 +239,8 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_STREAM_RETAIN_BYTES", stream_retain_bytes, "1048576", 0, 1073741824LL),
     V_INT("SANDBOX_MAX_STREAMS_PER_SANDBOX", max_streams_per_sandbox, "64", 1, 65536),
     V_INT("SANDBOX_MAX_STREAMS", max_streams, "2048", 1, 65536),
-    V_INT("SANDBOX_STREAM_KEEPALIVE_SECONDS", stream_keepalive_seconds, "15", 1, 3600),
+    /* At most half a relay's silence limit (SL_PEER_STREAM_SILENCE_S). */
+    V_INT("SANDBOX_STREAM_KEEPALIVE_SECONDS", stream_keepalive_seconds, "15", 1, 60),
     V_INT("SANDBOX_STREAM_STALL_SECONDS", stream_stall_seconds, "30", 1, 86400),
     V_INT("SANDBOX_MAX_WATCHES_PER_SANDBOX", max_watches_per_sandbox, "8", 1, 1024),
     V_INT("SANDBOX_MAX_WATCHES", max_watches, "64", 1, 4096),

@@ -117,6 +117,9 @@ struct sl_rt_exec_request {
      * max_output_bytes of each stream are kept in the result. */
     struct sl_rt_output {
         bool (*write)(void *ctx, int stream, const char *data, size_t len); /* 0 out, 1 err */
+        /* Asked before a paused stream is read again (a resume may be
+         * older than a new pause): false keeps it paused. NULL: read. */
+        bool (*may_read)(void *ctx, int stream);
         void *ctx;
     } output;
     /* The command's stdin when has_stdin (the caller's, e.g. a pipe's read

@@ -489,7 +489,14 @@ static void take_requests(struct sl_runtime *rt)
     while (q) {
         struct sl_rt_exec *x = q;
         q = x->queue_next;
+        /* What other threads asked, taken under their lock. */
+        pthread_mutex_lock(&rt->sup.lock);
         x->queued = false;
+        bool resume = x->resume_output;
+        int sig = x->client_signal;
+        x->resume_output = false;
+        x->client_signal = 0;
+        pthread_mutex_unlock(&rt->sup.lock);
         if (!x->finished) {
             if (!x->launched || x->kill_now) {
                 if (x->launched && (!x->exited || x->cg_exec))
@@ -498,16 +505,17 @@ static void take_requests(struct sl_runtime *rt)
             } else if (x->cancel_requested) {
                 terminate(x, now);
             }
-            if (x->resume_output && !x->finished) {
-                x->resume_output = false;
-                if (x->paused[0] && x->out_fd >= 0)
-                    watch_add(rt, x, TAG_OUT, x->out_fd);
-                if (x->paused[1] && x->err_fd >= 0)
-                    watch_add(rt, x, TAG_ERR, x->err_fd);
-                x->paused[0] = x->paused[1] = false;
+            if (resume && !x->finished) {
+                for (int i = 0; i < 2; i++) {
+                    int fd = i ? x->err_fd : x->out_fd;
+                    if (!x->paused[i] ||
+                        (x->output.may_read && !x->output.may_read(x->output.ctx, i)))
+                        continue; /* paused again since the resume was asked */
+                    if (fd >= 0)
+                        watch_add(rt, x, i ? TAG_ERR : TAG_OUT, fd);
+                    x->paused[i] = false;
+                }
             }
-            int sig = x->client_signal;
-            x->client_signal = 0;
             /* A client's signal, once, to the command as the termination
              * sequence signals it; the command decides what it means. */
             if (sig && !x->finished && x->phase == PH_RUN)

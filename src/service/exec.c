@@ -137,9 +137,10 @@ struct svc_exec {
     /* The write end of its stdin when started with stdin open (-1: none or
      * closed); stdin_lock orders writers and the close at completion. */
     int stdin_fd;
-    pthread_mutex_t stdin_lock;
+    pthread_mutex_t stdin_lock, writer_lock;
     atomic_bool cancelled;     /* the client asked (API.md §3.11) */
     atomic_bool signalled;     /* the client sent a signal (ours) */
+    bool resume_pending;       /* a resume came before x->rt (under execs_lock) */
     sl_exec_wait_fn wait;      /* NULL for background runs */
     void *wait_ctx;
     struct svc_exec *next;     /* in svc->execs */
@@ -161,6 +162,7 @@ static void svc_exec_put(struct svc_exec *x)
     if (x->stdin_fd >= 0)
         close(x->stdin_fd);
     pthread_mutex_destroy(&x->stdin_lock);
+    pthread_mutex_destroy(&x->writer_lock);
     free(x->rec.stdout_text);
     free(x->rec.stderr_text);
     free(x->sandbox_id);
@@ -452,6 +454,8 @@ static bool log_output(void *ctx, int stream, const char *data, size_t len)
     return sl_outlog_append(ctx, stream, data, len);
 }
 
+static bool log_may_read(void *ctx, int stream) { return sl_outlog_may_read(ctx, stream); }
+
 /* A reader caught up with a paused command (any thread): its pipes are
  * read again. x lives until its log is finished (which waits for this). */
 static void resume_output(void *ctx)
@@ -460,6 +464,8 @@ static void resume_output(void *ctx)
     pthread_mutex_lock(&x->svc->execs_lock);
     if (x->rt)
         sl_rt_exec_resume_output(x->rt);
+    else
+        x->resume_pending = true; /* the launch hands it on with the handle */
     pthread_mutex_unlock(&x->svc->execs_lock);
 }
 
@@ -567,7 +573,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         .timeout_ms = timeout_s * 1000,
         .grace_ms = grace_ms < 100 ? 100 : grace_ms,
         .max_output_bytes = (size_t)cfg->max_output_bytes,
-        .output = {.write = log_output, .ctx = x->log},
+        .output = {.write = log_output, .may_read = log_may_read, .ctx = x->log},
     };
     /* Ours: stdin a pipe the client writes to (sl_svc_exec_stdin); the
      * command gets the read end, the service keeps the write end. */
@@ -650,6 +656,8 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         sl_log_event(SL_LOG_INFO, "exec_start", f, sizeof(f) / sizeof(f[0]));
         pthread_mutex_lock(&svc->execs_lock);
         x->rt = handle; /* x cannot be gone: this request holds a reference */
+        if (x->resume_pending)
+            sl_rt_exec_resume_output(handle); /* a reader caught up before this */
         pthread_mutex_unlock(&svc->execs_lock);
     }
     free(argv);
@@ -730,6 +738,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     x->global_fd = x->scope_fd = -1;
     x->stdin_fd = -1;
     pthread_mutex_init(&x->stdin_lock, NULL);
+    pthread_mutex_init(&x->writer_lock, NULL);
     x->sandbox_id = strdup(sandbox_id);
     x->exec_id = strdup(req->exec_id);
     x->command_json = sl_json_dumps(req->request);
@@ -1070,23 +1079,35 @@ json_t *sl_svc_exec_stdin(struct sl_service *svc, const char *sandbox_id, const 
     if (!x)
         return NULL;
     ssize_t written = 0;
+    /* Writers take turns (writer_lock), and the wait for room happens on a
+     * copy of the descriptor, without stdin_lock: the completion closes
+     * the command's stdin under it and never waits behind a writer. */
+    pthread_mutex_lock(&x->writer_lock);
     pthread_mutex_lock(&x->stdin_lock);
+    int fd = x->stdin_fd >= 0 && len ? fcntl(x->stdin_fd, F_DUPFD_CLOEXEC, 3) : -1;
     bool open_ = x->stdin_fd >= 0;
-    if (open_ && len) {
+    pthread_mutex_unlock(&x->stdin_lock);
+    if (fd >= 0) {
         /* A command that ended meanwhile closed the pipe's other end
          * (EPIPE): then it is no longer running, as far as stdin goes. */
-        written = write_within(x->stdin_fd, data, len, sl_mono_us() + SL_STDIN_WAIT_MS * 1000);
-        if (written < 0) {
-            close(x->stdin_fd);
-            x->stdin_fd = -1;
-            open_ = false;
-        }
+        written = write_within(fd, data, len, sl_mono_us() + SL_STDIN_WAIT_MS * 1000);
+        close(fd);
     }
-    if (open_ && close_it) {
+    pthread_mutex_lock(&x->stdin_lock);
+    if (written < 0 && x->stdin_fd >= 0) {
+        close(x->stdin_fd);
+        x->stdin_fd = -1;
+    }
+    if (written < 0)
+        open_ = false;
+    if (open_ && x->stdin_fd < 0 && written == 0 && len)
+        open_ = false; /* closed while it waited, before anything went */
+    if (open_ && close_it && x->stdin_fd >= 0) {
         close(x->stdin_fd);
         x->stdin_fd = -1;
     }
     pthread_mutex_unlock(&x->stdin_lock);
+    pthread_mutex_unlock(&x->writer_lock);
     svc_exec_put(x);
     if (!open_) {
         sl_error_set(err, SL_E_STDIN_CLOSED, 0,

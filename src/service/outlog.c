@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/util.h"
+
 struct out_stream {
     char *head; /* the first head_len bytes (grows to head_max) */
     size_t head_len, head_cap;
@@ -24,6 +26,7 @@ struct sl_outlog {
     struct sl_outlog_waiter *waiters;
     struct sl_outlog_reader *holders;
     bool paused;
+    int64_t paused_us; /* since when (monotonic) */
     /* resume_lock: held while the callback runs, so finish can clear it
      * knowing no call is under way. */
     pthread_mutex_t resume_lock;
@@ -164,6 +167,11 @@ static size_t least_room(const struct sl_outlog *log, int i)
         uint64_t at = r->off[i];
         if (at >= s->total || (at >= s->head_len && at < kept_from(log, s, at)))
             continue;
+        /* In the head, but what follows the head is already partly gone:
+         * this reader gets a gap there whatever happens, so waiting for it
+         * would hold the command back for nothing. */
+        if (at < s->head_len && kept_from(log, s, log->head_max) > log->head_max)
+            continue;
         uint64_t need = at > log->head_max ? at : log->head_max; /* the head keeps the rest */
         uint64_t used = s->total > need ? s->total - need : 0;
         size_t room = used >= log->ring_max ? 0 : (size_t)(log->ring_max - used);
@@ -190,8 +198,10 @@ bool sl_outlog_append(struct sl_outlog *log, int stream, const void *data, size_
         ring_append(log, s, p + in_head, len - in_head, s->total + in_head);
     s->total += len;
     bool go_on = least_room(log, stream) >= SL_OUTLOG_PAUSE_ROOM;
-    if (!go_on)
+    if (!go_on && !log->paused) {
         log->paused = true;
+        log->paused_us = sl_mono_us();
+    }
     struct sl_outlog_waiter *w = take_waiters(log);
     pthread_mutex_unlock(&log->lock);
     wake_all(w);
@@ -260,12 +270,26 @@ void sl_outlog_advance(struct sl_outlog *log, struct sl_outlog_reader *r, const 
         call_resume(log);
 }
 
-bool sl_outlog_paused(struct sl_outlog *log)
+bool sl_outlog_paused(struct sl_outlog *log, int64_t *since_us)
 {
     pthread_mutex_lock(&log->lock);
     bool paused = log->paused;
+    if (since_us)
+        *since_us = log->paused_us;
     pthread_mutex_unlock(&log->lock);
     return paused;
+}
+
+bool sl_outlog_may_read(struct sl_outlog *log, int stream)
+{
+    pthread_mutex_lock(&log->lock);
+    bool may = log->end || least_room(log, stream) >= SL_OUTLOG_PAUSE_ROOM;
+    if (!may && !log->paused) {
+        log->paused = true; /* the next reader's advance resumes it */
+        log->paused_us = sl_mono_us();
+    }
+    pthread_mutex_unlock(&log->lock);
+    return may;
 }
 
 void sl_outlog_finish(struct sl_outlog *log, json_t *end)

@@ -65,8 +65,12 @@ void sl_outlog_hold(struct sl_outlog *log, struct sl_outlog_reader *r);
 void sl_outlog_unhold(struct sl_outlog *log, struct sl_outlog_reader *r);
 /* The reader read up to off[]: room for the command again, maybe. */
 void sl_outlog_advance(struct sl_outlog *log, struct sl_outlog_reader *r, const uint64_t off[2]);
-/* Whether the log has paused its command for a reader. */
-bool sl_outlog_paused(struct sl_outlog *log);
+/* Whether the log has paused its command for a reader, and since when. */
+bool sl_outlog_paused(struct sl_outlog *log, int64_t *since_us);
+/* The supervisor, about to read a paused stream again: whether every
+ * holder has room for it (if not it stays paused, and the next reader's
+ * advance asks again). */
+bool sl_outlog_may_read(struct sl_outlog *log, int stream);
 /* A finished log holding a stored record's output (an attach to a command
  * that ended): `end` (taken) is its final event. */
 struct sl_outlog *sl_outlog_stored(const char *out, size_t out_len, const char *err, size_t err_len,

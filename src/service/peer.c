@@ -54,6 +54,15 @@ static size_t on_body(char *data, size_t size, size_t n, void *arg)
     return len;
 }
 
+/* libcurl's progress callback: a stream whose other side is gone stops. */
+static int on_progress(void *arg, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                       curl_off_t ulnow)
+{
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const struct sl_peer_request *rq = arg;
+    return rq->keep_going && !rq->keep_going(rq->stream_ctx);
+}
+
 /* The thread's kept handle, cleaned up when the thread ends. */
 static pthread_key_t handle_key;
 static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
@@ -118,6 +127,9 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
         curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 0L);
         curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
         curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, SL_PEER_STREAM_SILENCE_S);
+        curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(curl, CURLOPT_XFERINFODATA, rq);
     } else {
         curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, (long)(rq->timeout_ms + CONNECT_TIMEOUT_MS));
     }

@@ -25,6 +25,8 @@ struct sl_peer_request {
     bool (*stream)(void *ctx, int status, const char *data, size_t len);
     void *stream_ctx;
     const char *last_event_id; /* sent on as Last-Event-ID; NULL = none */
+    /* Asked about once a second during a stream: false ends it. */
+    bool (*keep_going)(void *ctx);
 };
 #define SL_PEER_STREAM_SILENCE_S 120L
 

@@ -153,6 +153,68 @@ static void a_stored_record_reads_back_whole_and_ended(void **state)
     sl_outlog_put(log);
 }
 
+static int resumed;
+static void count_resume(void *ctx)
+{
+    (void)ctx;
+    resumed++;
+}
+
+static void a_lagging_holder_pauses_the_command_until_it_reads_on(void **state)
+{
+    (void)state;
+    size_t ring = 256 * 1024;
+    struct sl_outlog *log = sl_outlog_new(100, ring);
+    sl_outlog_on_resume(log, count_resume, NULL);
+    struct sl_outlog_reader r = {0};
+    sl_outlog_hold(log, &r);
+    static char block[32 * 1024];
+    memset(block, 'x', sizeof(block));
+    /* The head (100 bytes), then the ring fills towards its last 64 KiB. */
+    assert_true(sl_outlog_append(log, SL_OUT_STDOUT, block, 100));
+    size_t sent = 0;
+    bool go_on = true;
+    while (go_on && sent < 2 * ring) {
+        go_on = sl_outlog_append(log, SL_OUT_STDOUT, block, sizeof(block));
+        sent += sizeof(block);
+    }
+    assert_false(go_on);
+    assert_true(sent <= ring - SL_OUTLOG_PAUSE_ROOM + sizeof(block));
+    int64_t since = 0;
+    assert_true(sl_outlog_paused(log, &since));
+    assert_true(since > 0);
+    assert_false(sl_outlog_may_read(log, SL_OUT_STDOUT));
+    /* Reading on frees it: once half the ring is free, one resume. */
+    uint64_t off[2] = {100 + sent / 4, 0};
+    sl_outlog_advance(log, &r, off);
+    assert_int_equal(resumed, 0);
+    off[0] = 100 + sent;
+    sl_outlog_advance(log, &r, off);
+    assert_int_equal(resumed, 1);
+    assert_true(sl_outlog_may_read(log, SL_OUT_STDOUT));
+    sl_outlog_unhold(log, &r);
+    sl_outlog_put(log);
+}
+
+static void a_holder_already_behind_the_ring_holds_nothing(void **state)
+{
+    (void)state;
+    size_t ring = 256 * 1024;
+    struct sl_outlog *log = sl_outlog_new(100, ring);
+    static char block[32 * 1024];
+    memset(block, 'y', sizeof(block));
+    for (size_t sent = 0; sent < 2 * ring; sent += sizeof(block))
+        assert_true(sl_outlog_append(log, SL_OUT_STDOUT, block, sizeof(block)));
+    /* A reader that attaches now at 0 (in the head) will get a gap after
+     * the head anyway: it must not pause the command. */
+    struct sl_outlog_reader r = {0};
+    sl_outlog_hold(log, &r);
+    for (int i = 0; i < 16; i++)
+        assert_true(sl_outlog_append(log, SL_OUT_STDOUT, block, sizeof(block)));
+    sl_outlog_unhold(log, &r);
+    sl_outlog_put(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -160,6 +222,8 @@ int main(void)
         cmocka_unit_test(without_a_ring_only_the_head_is_kept),
         cmocka_unit_test(waiters_are_woken_once_by_bytes_or_the_end),
         cmocka_unit_test(a_stored_record_reads_back_whole_and_ended),
+        cmocka_unit_test(a_lagging_holder_pauses_the_command_until_it_reads_on),
+        cmocka_unit_test(a_holder_already_behind_the_ring_holds_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
