@@ -18,7 +18,7 @@
 #include "service/outlog.h"
 
 /* Raw bytes per event: an escaped event stays below a few times this. */
-#define EVENT_BYTES 16384
+#define EVENT_BYTES 65536
 #define SANDBOX_ID_MAX 128
 
 struct exec_stream {

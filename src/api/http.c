@@ -182,7 +182,7 @@ static void body_free(void *cls)
 }
 
 /* Bytes of the body produced per read: one event of a command's output. */
-#define BODY_BLOCK (32 * 1024)
+#define BODY_BLOCK (128 * 1024)
 
 static enum MHD_Result queue_source(struct conn_state *st, struct MHD_Connection *conn,
                                     struct sl_response *resp)
