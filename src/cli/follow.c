@@ -160,7 +160,7 @@ int cli_follow_exec(struct cli_sandbox *sb, json_t *body, const char *exec_id, l
 {
     *end = NULL;
     struct follower f = {0};
-    /* An event's data is at most 16 KiB of output, escaped; lines too. */
+    /* An event's data is at most 64 KiB of output, escaped (6x at worst); lines too. */
     sl_buf_init(&f.line, 1 << 20);
     sl_buf_init(&f.data, 1 << 20);
     int rc = connect_once(sb, body, exec_id, timeout_s, &f, e);
