@@ -9,6 +9,7 @@ import urllib.request
 
 from e2e_harness import unique_id
 from sandloom_client import Client, Sandbox, assert_error
+from sse_client import Events
 from test_registry_fleet import fleet_env, wait_for, workers_seen
 from test_server_database import fresh_database
 
@@ -279,42 +280,18 @@ def test_the_fronts_owner_cache_never_changes_an_answer(daemon_factory):
 def read_events(daemon, method, path, body=None, headers=None, stop_after=None):
     """(events as (name, id, data), seconds to the first event) of a stream
     through `daemon`; stop_after: stop once that many stdout events came."""
-    import http.client
-    c = http.client.HTTPConnection("127.0.0.1", daemon.port, timeout=60)
-    hdrs = {"Authorization": "Bearer " + daemon.token, **(headers or {})}
-    if body is not None:
-        hdrs["Content-Type"] = "application/json"
     t0 = time.monotonic()
-    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=hdrs)
-    r = c.getresponse()
-    assert r.status == 200, (r.status, r.read())
-    assert r.headers["Content-Type"].startswith("text/event-stream")
-    events, first_at, name, eid, data = [], None, None, None, []
-    while True:
-        line = r.readline()
-        if not line:
+    ev = Events(daemon, method, path, body, headers)
+    assert ev.status == 200, (ev.status, ev.resp.read())
+    assert ev.headers["Content-Type"].startswith("text/event-stream")
+    events = []
+    while (e := ev.next()) is not None:
+        events.append(e)
+        if e[0] == "end" or (stop_after and
+                             sum(x[0] == "stdout" for x in events) >= stop_after):
             break
-        line = line.decode().rstrip("\n")
-        if line.startswith(":"):
-            continue
-        if line == "":
-            if name:
-                first_at = first_at or time.monotonic() - t0
-                events.append((name, eid, json.loads("\n".join(data))))
-                if name == "end" or (stop_after and
-                                     sum(e[0] == "stdout" for e in events) >= stop_after):
-                    break
-            name, eid, data = None, None, []
-            continue
-        field, _, value = line.partition(": ")
-        if field == "event":
-            name = value
-        elif field == "id":
-            eid = value
-        elif field == "data":
-            data.append(value)
-    c.close()
-    return events, first_at
+    ev.close()
+    return events, ev.first_at - t0
 
 
 def test_streams_stdin_and_signals_through_a_replica_that_is_not_the_owner(daemon_factory):

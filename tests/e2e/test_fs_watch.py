@@ -1,15 +1,12 @@
 """File watching (ours): GET …/files/watch streams what changes under a
 workspace directory (create, modify, delete, move), recursive or not, with
 the file API's path rules, bounded per sandbox and worker."""
-import json
 import time
-import uuid
 
 import pytest
 
 from conftest import Daemon
-from sandloom_client import Sandbox
-from test_exec_stream import Events
+from sse_client import Events
 
 PER_SANDBOX = 2
 
