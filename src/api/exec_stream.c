@@ -1,5 +1,6 @@
 /* A command's output as Server-Sent Events (exec_stream.h). */
 #include "api/exec_stream.h"
+#include "api/stream_slots.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -19,12 +20,10 @@
 
 /* Raw bytes per event: an escaped event stays below a few times this. */
 #define EVENT_BYTES 65536
-#define SANDBOX_ID_MAX 128
 
 struct exec_stream {
     struct sl_body_source src;
-    struct exec_stream *prev, *next; /* the registry's */
-    char sandbox_id[SANDBOX_ID_MAX + 1];
+    struct sl_slot slot; /* in reg.open */
     struct sl_outlog *log;
     struct sl_outlog_waiter waiter;
     struct sl_outlog_reader reader; /* holds the command back (backpressure) */
@@ -41,22 +40,19 @@ struct exec_stream {
 
 static struct {
     pthread_mutex_t lock;
-    struct exec_stream *all;
-    int count;
-    int64_t per_sandbox, per_worker, keepalive_us, stall_us;
+    struct sl_slots open;
+    int64_t keepalive_us, stall_us;
     pthread_t ticker;
     bool started;
     pthread_cond_t stop_cond;
     bool stopping;
-} reg = {.lock = PTHREAD_MUTEX_INITIALIZER};
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER,
+         .open = {.code = SL_E_STREAM_LIMIT,
+                  .what = "output streams",
+                  .sandbox_var = "SANDBOX_MAX_STREAMS_PER_SANDBOX",
+                  .worker_var = "SANDBOX_MAX_STREAMS"}};
 
-int sl_exec_streams_open(void)
-{
-    pthread_mutex_lock(&reg.lock);
-    int n = reg.count;
-    pthread_mutex_unlock(&reg.lock);
-    return n;
-}
+#define STREAM_OF(p) SL_SLOT_OWNER(p, struct exec_stream, slot)
 
 /* ---- encoding ---- */
 
@@ -302,13 +298,7 @@ static void stream_close(struct sl_body_source *src)
 {
     struct exec_stream *s = (struct exec_stream *)src;
     pthread_mutex_lock(&reg.lock);
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        reg.all = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    reg.count--;
+    sl_slots_leave(&reg.open, &s->slot);
     bool holding = s->holding;
     s->holding = false;
     pthread_mutex_unlock(&reg.lock);
@@ -334,7 +324,6 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
     s->src.read = stream_read;
     s->src.close = stream_close;
     s->waiter.wake = on_output;
-    snprintf(s->sandbox_id, sizeof(s->sandbox_id), "%s", sandbox_id);
     s->log = log;
     s->off[0] = off[0];
     s->off[1] = off[1];
@@ -343,34 +332,15 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
     s->reader.moved_us = sl_mono_us();
     atomic_init(&s->last_send_us, sl_mono_us());
     pthread_mutex_lock(&reg.lock);
-    int here = 0;
-    for (struct exec_stream *p = reg.all; p; p = p->next)
-        here += strcmp(p->sandbox_id, s->sandbox_id) == 0;
-    bool over = reg.count >= reg.per_worker || here >= reg.per_sandbox;
-    if (!over) {
-        s->next = reg.all;
-        if (reg.all)
-            reg.all->prev = s;
-        reg.all = s;
-        reg.count++;
-    }
-    if (!over)
-        s->holding = true;
+    bool joined = sl_slots_join(&reg.open, &s->slot, sandbox_id, err) == 0;
+    s->holding = joined;
     pthread_mutex_unlock(&reg.lock);
-    if (!over)
-        sl_outlog_hold(log, &s->reader);
-    if (over) {
-        sl_error_set(err, SL_E_STREAM_LIMIT, 0,
-                     here >= reg.per_sandbox
-                         ? "this sandbox already has SANDBOX_MAX_STREAMS_PER_SANDBOX (%lld) "
-                           "output streams open"
-                         : "this worker already has SANDBOX_MAX_STREAMS (%lld) output streams "
-                           "open",
-                     (long long)(here >= reg.per_sandbox ? reg.per_sandbox : reg.per_worker));
+    if (!joined) {
         sl_outlog_put(log);
         free(s);
         return NULL;
     }
+    sl_outlog_hold(log, &s->reader);
     return &s->src;
 }
 
@@ -427,23 +397,27 @@ static void *ticker_main(void *arg)
          * is woken, so it cannot be closed before the wake below. */
         struct exec_stream *due[64];
         size_t n = 0;
-        for (struct exec_stream *s = reg.all; s && n < 64; s = s->next)
+        for (struct sl_slot *p = reg.open.all; p && n < 64; p = p->next) {
+            struct exec_stream *s = STREAM_OF(p);
             if (now - atomic_load(&s->last_send_us) >= reg.keepalive_us &&
                 sl_outlog_unwait(s->log, &s->waiter)) {
                 atomic_store(&s->keepalive_due, true);
                 atomic_store(&s->last_send_us, now);
                 due[n++] = s;
             }
+        }
         /* A reader that holds a paused command and has not read for
          * SANDBOX_STREAM_STALL_SECONDS lets go of it: the command goes on,
          * and the reader gets a gap if it ever reads again. Under reg.lock,
          * so the stream cannot be closed meanwhile (nothing on the way to
          * the runtime takes reg.lock). */
-        for (struct exec_stream *s = reg.all; s; s = s->next)
+        for (struct sl_slot *p = reg.open.all; p; p = p->next) {
+            struct exec_stream *s = STREAM_OF(p);
             if (s->holding && stalled(s, now)) {
                 s->holding = false;
                 sl_outlog_unhold(s->log, &s->reader);
             }
+        }
         pthread_mutex_unlock(&reg.lock);
         for (size_t i = 0; i < n; i++)
             due[i]->src.wake(due[i]->src.wake_ctx);
@@ -455,8 +429,8 @@ static void *ticker_main(void *arg)
 
 int sl_exec_streams_start(const struct sl_config *cfg, struct sl_error *err)
 {
-    reg.per_sandbox = cfg->max_streams_per_sandbox;
-    reg.per_worker = cfg->max_streams;
+    reg.open.per_sandbox = cfg->max_streams_per_sandbox;
+    reg.open.per_worker = cfg->max_streams;
     reg.keepalive_us = cfg->stream_keepalive_seconds * 1000000;
     reg.stall_us = cfg->stream_stall_seconds * 1000000;
     reg.stopping = false;

@@ -40,8 +40,6 @@ struct sl_outlog;
 /* The registry: started with the HTTP server, stopped after it. */
 int sl_exec_streams_start(const struct sl_config *cfg, struct sl_error *err);
 void sl_exec_streams_stop(void);
-/* Open streams now (the whole worker). */
-int sl_exec_streams_open(void);
 
 /* A stream of `log` (a reference, taken whatever the outcome) from
  * offsets off[] (stdout, stderr). NULL with err SANDBOX_STREAM_LIMIT past a

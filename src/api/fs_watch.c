@@ -1,5 +1,6 @@
 /* File watching as Server-Sent Events (fs_watch.h). */
 #include "api/fs_watch.h"
+#include "api/stream_slots.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -32,11 +33,10 @@ struct watch_dir {
 
 struct fs_watch {
     struct sl_body_source src;
-    struct fs_watch *prev, *next; /* the registry's */
-    char sandbox_id[129];
-    int ino;         /* its inotify instance */
-    int root;        /* the sandbox root (O_PATH): directories open beneath it */
-    char *canonical; /* "/workspace/…": canonical + 1 is its path beneath root */
+    struct sl_slot slot; /* in reg.open */
+    int ino;             /* its inotify instance */
+    int root;            /* the sandbox root (O_PATH): directories open beneath it */
+    char *canonical;     /* "/workspace/…": canonical + 1 is its path beneath root */
     bool recursive;
     struct watch_dir *dirs;
     size_t ndirs;
@@ -55,13 +55,20 @@ struct fs_watch {
 
 static struct {
     pthread_mutex_t lock;
-    struct fs_watch *all;
-    int count;
-    int64_t per_sandbox, per_worker, keepalive_us;
+    struct sl_slots open;
+    int64_t keepalive_us;
     int epfd, wake;
     pthread_t thread;
     bool started, stopping;
-} reg = {.lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .wake = -1};
+} reg = {.lock = PTHREAD_MUTEX_INITIALIZER,
+         .open = {.code = SL_E_WATCH_LIMIT,
+                  .what = "file watches",
+                  .sandbox_var = "SANDBOX_MAX_WATCHES_PER_SANDBOX",
+                  .worker_var = "SANDBOX_MAX_WATCHES"},
+         .epfd = -1,
+         .wake = -1};
+
+#define WATCH_OF(p) SL_SLOT_OWNER(p, struct fs_watch, slot)
 
 static void watch_put(struct fs_watch *w)
 {
@@ -298,8 +305,8 @@ static void *watcher_main(void *arg)
                 continue; /* the control eventfd */
             /* Closed since epoll_wait? Then it is no longer listed. */
             bool listed = false;
-            for (struct fs_watch *p = reg.all; p && !listed; p = p->next)
-                listed = p == w;
+            for (struct sl_slot *p = reg.open.all; p && !listed; p = p->next)
+                listed = WATCH_OF(p) == w;
             if (!listed)
                 continue;
             ssize_t got = read(w->ino, buf, sizeof(buf));
@@ -311,7 +318,8 @@ static void *watcher_main(void *arg)
             pthread_mutex_unlock(&w->lock);
         }
         int64_t now = sl_mono_us();
-        for (struct fs_watch *w = reg.all; w && nw < 64; w = w->next) {
+        for (struct sl_slot *p = reg.open.all; p && nw < 64; p = p->next) {
+            struct fs_watch *w = WATCH_OF(p);
             pthread_mutex_lock(&w->lock);
             if (now - w->last_send_us >= reg.keepalive_us && take_waiting(w)) {
                 w->keepalive_due = true;
@@ -393,13 +401,7 @@ static void watch_close(struct sl_body_source *src)
 {
     struct fs_watch *w = (struct fs_watch *)src;
     pthread_mutex_lock(&reg.lock);
-    if (w->prev)
-        w->prev->next = w->next;
-    else
-        reg.all = w->next;
-    if (w->next)
-        w->next->prev = w->prev;
-    reg.count--;
+    sl_slots_leave(&reg.open, &w->slot);
     (void)epoll_ctl(reg.epfd, EPOLL_CTL_DEL, w->ino, NULL);
     pthread_mutex_unlock(&reg.lock);
     watch_put(w); /* the registry's */
@@ -423,7 +425,6 @@ struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, cons
     w->recursive = recursive;
     w->refs = 2;
     w->last_send_us = sl_mono_us();
-    snprintf(w->sandbox_id, sizeof(w->sandbox_id), "%s", sandbox_id);
     pthread_mutex_init(&w->lock, NULL);
     sl_buf_init(&w->queue, QUEUE_BYTES);
     if (w->ino < 0 || !w->canonical) {
@@ -441,29 +442,15 @@ struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, cons
         return NULL;
     }
     pthread_mutex_lock(&reg.lock);
-    int here = 0;
-    for (struct fs_watch *p = reg.all; p; p = p->next)
-        here += strcmp(p->sandbox_id, w->sandbox_id) == 0;
-    bool over = reg.count >= reg.per_worker || here >= reg.per_sandbox;
+    bool joined = sl_slots_join(&reg.open, &w->slot, sandbox_id, err) == 0;
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = w};
-    if (!over && epoll_ctl(reg.epfd, EPOLL_CTL_ADD, w->ino, &ev) == 0) {
-        w->next = reg.all;
-        if (reg.all)
-            reg.all->prev = w;
-        reg.all = w;
-        reg.count++;
-    } else if (!over) {
-        over = true;
-        here = -1;
+    if (joined && epoll_ctl(reg.epfd, EPOLL_CTL_ADD, w->ino, &ev) < 0) {
+        sl_error_errno(err, SL_E_INTERNAL, "cannot start a file watch");
+        sl_slots_leave(&reg.open, &w->slot);
+        joined = false;
     }
     pthread_mutex_unlock(&reg.lock);
-    if (over) {
-        if (here < 0)
-            sl_error_errno(err, SL_E_INTERNAL, "cannot start a file watch");
-        else
-            sl_error_set(err, SL_E_WATCH_LIMIT, 0, "this %s already has %lld file watches open",
-                         here >= reg.per_sandbox ? "sandbox" : "worker",
-                         (long long)(here >= reg.per_sandbox ? reg.per_sandbox : reg.per_worker));
+    if (!joined) {
         w->refs = 1;
         watch_put(w);
         return NULL;
@@ -473,8 +460,8 @@ struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, cons
 
 int sl_fs_watches_start(const struct sl_config *cfg, struct sl_error *err)
 {
-    reg.per_sandbox = cfg->max_watches_per_sandbox;
-    reg.per_worker = cfg->max_watches;
+    reg.open.per_sandbox = cfg->max_watches_per_sandbox;
+    reg.open.per_worker = cfg->max_watches;
     reg.keepalive_us = cfg->stream_keepalive_seconds * 1000000;
     reg.stopping = false;
     reg.epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -504,7 +491,8 @@ void sl_fs_watches_stop(void)
      * stops: it then ends (its reader sees the end). */
     struct fs_watch *wake[256];
     size_t nw = 0;
-    for (struct fs_watch *w = reg.all; w; w = w->next) {
+    for (struct sl_slot *p = reg.open.all; p; p = p->next) {
+        struct fs_watch *w = WATCH_OF(p);
         pthread_mutex_lock(&w->lock);
         w->ended = true; /* a reader not waiting now sees it next time */
         if (nw < 256 && take_waiting(w))
