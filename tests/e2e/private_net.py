@@ -79,12 +79,22 @@ def _in_use(net):
     return False
 
 
-def free_udp_port():
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+def free_dns_port():
+    """A port free for both UDP and TCP on 127.0.0.1: dnsmasq listens on
+    both, and a port picked for UDP alone can be some client's TCP port."""
+    while True:
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.bind(("127.0.0.1", 0))
+        port = u.getsockname()[1]
+        t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            t.bind(("127.0.0.1", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            t.close()
+            u.close()
 
 
 class TestInternet:
@@ -110,7 +120,7 @@ class TestInternet:
         self.private_net = f"172.31.{n}.0/24"
         self.private = f"172.31.{n}.10"
         self.metadata = "169.254.169.254"
-        self.dns_port = free_udp_port()
+        self.dns_port = None  # chosen when dnsmasq starts
         self.hosts = os.path.join(state_dir, "hosts")
         self.procs = []
 
@@ -158,34 +168,46 @@ class TestInternet:
                           "moving.test": self.allowed, "other.test": self.other,
                           "metadata.test": self.metadata, "private.test": self.private,
                           "a.wild.test": self.allowed, "b.wild.test": self.other})
-        dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
-        # --user=root: dnsmasq stays the user that can read the test's own
-        # (0700) directory, and needs no "dnsmasq" account on the host.
-        # Its log is kept, so a start that fails says why.
-        self.dns_log = os.path.join(self.dir, "dnsmasq.log")
-        with open(self.dns_log, "w") as log:
-            self.dns = subprocess.Popen(
-                [dnsmasq, "--no-daemon", "--user=root", "--port", str(self.dns_port),
-                 "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv", "--no-hosts",
-                 "--addn-hosts", self.hosts, "--local-ttl=1", "--pid-file=", "--log-facility=-"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append(self.dns)
-        deadline = time.time() + 10
-        while (time.time() < deadline and self.dns.poll() is None
-               and self.lookup("allowed.test") != self.allowed):
-            time.sleep(0.05)
-        answer = dns_query(("127.0.0.1", self.dns_port), "allowed.test")
-        with open(self.dns_log) as f:
-            said = f.read()[-2000:]
-        assert answer[1] == self.allowed, (
-            f"dnsmasq on port {self.dns_port} did not answer allowed.test "
-            f"(exit {self.dns.poll()}, answer {answer}): {said}")
+        self._start_dns()
         # The host itself reaches every destination (so a failure from a
         # sandbox is the sandbox's network, not the test's).
         for a in (self.allowed, self.private, self.metadata):
             with socket.create_connection((a, 8080), 2) as c:
                 assert c.recv(64).startswith(b"tcp")
         return self
+
+    def _start_dns(self):
+        """dnsmasq on a free port; a port taken between the choice and the
+        bind (anything on the host may take one) means another port, not a
+        failed run: up to five tries."""
+        dnsmasq = shutil.which("dnsmasq") or "/usr/sbin/dnsmasq"
+        self.dns_log = os.path.join(self.dir, "dnsmasq.log")
+        for _ in range(5):
+            self.dns_port = free_dns_port()
+            # --user=root: dnsmasq stays the user that can read the test's own
+            # (0700) directory, and needs no "dnsmasq" account on the host.
+            # Its log is kept, so a start that fails says why.
+            with open(self.dns_log, "w") as log:
+                self.dns = subprocess.Popen(
+                    [dnsmasq, "--no-daemon", "--user=root", "--port", str(self.dns_port),
+                     "--listen-address=127.0.0.1", "--bind-interfaces", "--no-resolv",
+                     "--no-hosts", "--addn-hosts", self.hosts, "--local-ttl=1", "--pid-file=",
+                     "--log-facility=-"],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            deadline = time.time() + 10
+            while (time.time() < deadline and self.dns.poll() is None
+                   and self.lookup("allowed.test") != self.allowed):
+                time.sleep(0.05)
+            with open(self.dns_log) as f:
+                said = f.read()[-2000:]
+            if self.dns.poll() is not None and "Address already in use" in said:
+                continue
+            break
+        self.procs.append(self.dns)
+        answer = dns_query(("127.0.0.1", self.dns_port), "allowed.test")
+        assert answer[1] == self.allowed, (
+            f"dnsmasq on port {self.dns_port} did not answer allowed.test "
+            f"(exit {self.dns.poll()}, answer {answer}): {said}")
 
     def stop(self):
         for p in self.procs:
