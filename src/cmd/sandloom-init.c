@@ -30,7 +30,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdbool.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <termios.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,8 +110,8 @@ static void close_fds(int *fds, int n)
 
 /* The child side of one request: its own session, the given stdio, cwd,
  * environment; then the command. */
-static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char **envp,
-                                    const sigset_t *mask)
+static _Noreturn void session_child(int *fds, bool tty, const char *cwd, char **argv,
+                                    char **envp, const sigset_t *mask)
 {
     /* Into the command's own cgroup before anything of the command runs,
      * so that everything it will ever fork can be ended with it. */
@@ -126,6 +129,10 @@ static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char
     for (int i = 0; i < 3; i++)
         if (dup2(fds[i], i) < 0)
             _exit(126);
+    /* On a terminal (all three are its slave): it becomes the new
+     * session's controlling terminal, so ^C and job control work. */
+    if (tty && ioctl(0, TIOCSCTTY, 0) < 0)
+        _exit(126);
     /* Only 0, 1, 2 reach the command: one close_range, not a loop of
      * closes (each of them would pay the seccomp filter). */
     if (syscall(SYS_close_range, 3, ~0U, 0) < 0)
@@ -144,6 +151,50 @@ static _Noreturn void session_child(int *fds, const char *cwd, char **argv, char
     int e = errno;
     fprintf(stderr, "sandloom-init: cannot execute '%s': %s\n", argv[0], strerror(e));
     _exit(e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG ? 127 : 126);
+}
+
+/* A pseudo-terminal of the sandbox's devpts, sized cols x rows: the master
+ * in *master, the slave returned; -1 with errno. */
+static int open_tty(unsigned cols, unsigned rows, int *master)
+{
+    int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0)
+        return -1;
+    int unlock = 0;
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    int s = ioctl(m, TIOCSPTLCK, &unlock) < 0 ? -1 : ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY);
+    if (s < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0) {
+        int e = errno;
+        if (s >= 0)
+            close(s);
+        close(m);
+        errno = e;
+        return -1;
+    }
+    *master = m;
+    return s;
+}
+
+/* Tell the runtime how the terminal went: the byte, and the master. */
+static void send_tty(int status_fd, int master)
+{
+    char b = master >= 0 ? SL_SESSION_TTY_OK : SL_SESSION_TTY_FAILED;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    memset(cbuf, 0, sizeof(cbuf));
+    struct iovec iov = {.iov_base = &b, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (master >= 0) {
+        msg.msg_control = cbuf;
+        msg.msg_controllen = sizeof(cbuf);
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &master, sizeof(int));
+    }
+    if (sendmsg(status_fd, &msg, MSG_NOSIGNAL) < 0) {
+        /* the runtime gave up already: the status socket's end says so */
+    }
 }
 
 /* Read one request and start its command. -1 when the control socket is
@@ -197,9 +248,34 @@ static int session_request(int ctl, const sigset_t *mask)
     for (int i = 0; i < MAX_RUNNING && slot < 0; i++)
         if (!running[i].pid)
             slot = i;
-    pid_t pid = slot >= 0 && argv[0] ? fork() : -1;
+    bool tty = req.flags & SL_SESSION_F_TTY;
+    int master = -1, slave = -1;
+    if (tty && slot >= 0 && argv[0]) {
+        slave = open_tty(req.cols, req.rows, &master);
+        if (slave < 0) {
+            char why[96];
+            int len = snprintf(why, sizeof(why), "sandloom-init: cannot open a terminal: %s\n",
+                               strerror(errno));
+            if (len > 0 && write(fds[2], why, (size_t)len) < 0) {
+                /* nobody to tell */
+            }
+        } else {
+            /* The command's stdio is the terminal's slave. */
+            close_fds(fds, 3);
+            fds[0] = fds[1] = fds[2] = slave;
+        }
+    }
+    pid_t pid = slot >= 0 && argv[0] && (!tty || slave >= 0) ? fork() : -1;
     if (pid == 0)
-        session_child(fds, cwd, argv, envp, mask);
+        session_child(fds, tty, cwd, argv, envp, mask);
+    if (tty)
+        send_tty(status_fd, pid > 0 ? master : -1);
+    if (master >= 0)
+        close(master);
+    if (slave >= 0) {
+        close(slave);
+        fds[0] = fds[1] = fds[2] = -1;
+    }
     close_fds(fds, 3);
     close_fds(fds + 4, 1);
     free(payload);

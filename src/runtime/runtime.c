@@ -48,6 +48,8 @@ int rt_request_check(const struct sl_rt_exec_request *req, struct sl_error *err)
         return sl_error_set(err, SL_E_RUNTIME, EINVAL, "cwd must be an absolute path");
     if (req->timeout_ms <= 0)
         return sl_error_set(err, SL_E_RUNTIME, EINVAL, "timeout must be positive");
+    if (req->tty.on && (!req->tty.master || !req->tty.cols || !req->tty.rows))
+        return sl_error_set(err, SL_E_RUNTIME, EINVAL, "a terminal needs a size and a master");
     return 0;
 }
 
@@ -229,6 +231,11 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
             return -1;
         }
         x->cg_exec = true;
+    }
+    if (req->tty.on && !session) {
+        sl_rt_exec_put(x);
+        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
+                            "a terminal needs warm sessions (SANDBOX_SESSION_IDLE_SECONDS > 0)");
     }
     int rc = session ? rt_session_launch(rt, req, x, want_cgroup, err)
                      : rt_oneshot_launch(rt, ns, req, x, err);

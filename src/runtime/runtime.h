@@ -127,6 +127,19 @@ struct sl_rt_exec_request {
      * /dev/null as in the reference. */
     bool has_stdin;
     int stdin_fd;
+    /* On a terminal (warm sessions only): the command runs on a
+     * pseudo-terminal of the sandbox's own devpts, cols x rows, as its
+     * controlling terminal; its output is what the terminal shows, read as
+     * stdout (stderr stays empty), and stdin is ignored. The launch puts a
+     * copy of the master (non-blocking, close-on-exec, the caller's) in
+     * *master: input is written to it and TIOCSWINSZ resizes it. -1 there
+     * after a start that succeeded: the sandbox opened no terminal (the
+     * command did not start, or the caller cancels it). */
+    struct sl_rt_tty {
+        bool on;
+        unsigned short cols, rows;
+        int *master;
+    } tty;
 };
 
 struct sl_rt_exec_result {

@@ -261,7 +261,10 @@ static int session_send(struct rt_session *s, const struct sl_rt_exec_request *r
     struct sl_session_req hdr = {.magic = SL_SESSION_MAGIC,
                                  .payload_len = (uint32_t)payload.len,
                                  .argc = argc,
-                                 .envc = envc};
+                                 .envc = envc,
+                                 .flags = req->tty.on ? SL_SESSION_F_TTY : 0,
+                                 .cols = req->tty.cols,
+                                 .rows = req->tty.rows};
     char cbuf[CMSG_SPACE(sizeof(int) * SL_SESSION_MAX_NFDS)];
     memset(cbuf, 0, sizeof(cbuf));
     struct iovec iov = {.iov_base = &hdr, .iov_len = sizeof(hdr)};
@@ -359,6 +362,69 @@ bool rt_session_keep_cgroup(struct sl_runtime *rt, struct rt_session *s, uint64_
     return keep;
 }
 
+/* How long init may take to say how a terminal went (an open and a fork). */
+#define TTY_REPLY_MS 5000
+
+/* init's word on a terminal request (session_proto.h): 1 with the master
+ * in *master, 0 when it could not open one (the command did not start;
+ * its status follows as usual), -1 when init said nothing in time. */
+static int tty_reply(int status_fd, int *master)
+{
+    struct pollfd p = {.fd = status_fd, .events = POLLIN};
+    int r;
+    do
+        r = poll(&p, 1, TTY_REPLY_MS);
+    while (r < 0 && errno == EINTR);
+    if (r <= 0)
+        return -1;
+    char b = 0;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {.iov_base = &b, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+                         .msg_controllen = sizeof(cbuf)};
+    ssize_t n;
+    do
+        n = recvmsg(status_fd, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n != 1)
+        return -1;
+    int fd = -1;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)))
+        memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    if (b != SL_SESSION_TTY_OK || fd < 0) {
+        if (fd >= 0)
+            close(fd);
+        return b == SL_SESSION_TTY_FAILED ? 0 : -1;
+    }
+    *master = fd;
+    return 1;
+}
+
+/* A terminal command just sent: its output is the master's (the pipes only
+ * carry init's reason when it could not open one), and the caller gets a
+ * copy of the master in *req->tty.master. When init could not open one,
+ * or said nothing in time, *master stays -1 and the command is supervised
+ * as any other (a failed start's status, or the caller's cancel). */
+static void tty_attach(const struct sl_rt_exec_request *req, struct sl_rt_exec *x)
+{
+    int master = -1;
+    *req->tty.master = -1;
+    if (tty_reply(x->status_fd, &master) <= 0)
+        return;
+    int copy = fcntl(master, F_DUPFD_CLOEXEC, 3);
+    if (copy < 0) {
+        close(master);
+        return;
+    }
+    (void)fcntl(master, F_SETFL, O_NONBLOCK);
+    (void)fcntl(copy, F_SETFL, O_NONBLOCK);
+    close(x->out_fd);
+    x->out_fd = master;
+    *req->tty.master = copy;
+}
+
 int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *req,
                       struct sl_rt_exec *x, bool want_cgroup, struct sl_error *err)
 {
@@ -414,6 +480,8 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
         x->err_fd = mine[1];
         x->status_fd = mine[2];
         x->launched = true;
+        if (req->tty.on)
+            tty_attach(req, x);
         return 0;
     }
     return sl_error_set(err, SL_E_RUNTIME, EPIPE, "sandbox session failed twice");

@@ -15,7 +15,17 @@
  * to the status socket: SL_SESSION_TERM asks init to send SIGTERM to the
  * command's process group, SL_SESSION_KILL SIGKILL, a signal's number that
  * signal (the status still follows). If the control socket closes, the daemon is gone: init kills
- * everything and exits. */
+ * everything and exits.
+ *
+ * A request with SL_SESSION_F_TTY runs its command on a terminal: init
+ * opens a pseudo-terminal in the sandbox's own devpts (as the sandbox's
+ * uid, so the slave is the sandbox's), sizes it cols x rows, and the
+ * command gets the slave as 0, 1, 2 and as its controlling terminal (the
+ * stdio descriptors of the request are closed unused). Before the status,
+ * init then sends one byte on the status socket: SL_SESSION_TTY_OK with
+ * the master attached (SCM_RIGHTS), or SL_SESSION_TTY_FAILED (the command
+ * did not start: its reason went to the request's stderr, status 126
+ * follows). */
 #ifndef SL_RUNTIME_SESSION_PROTO_H
 #define SL_RUNTIME_SESSION_PROTO_H
 
@@ -46,11 +56,17 @@
 #define SL_SESSION_MAX_PAYLOAD (32u * 1024 * 1024)
 #define SL_SESSION_MAX_ITEMS 4096u
 
+#define SL_SESSION_F_TTY 1u
+#define SL_SESSION_TTY_OK 'P'
+#define SL_SESSION_TTY_FAILED 'E'
+
 struct sl_session_req {
     uint32_t magic;
     uint32_t payload_len;
     uint32_t argc;
     uint32_t envc;
+    uint32_t flags;      /* SL_SESSION_F_* */
+    uint16_t cols, rows; /* the terminal's size, with SL_SESSION_F_TTY */
 };
 
 #endif
