@@ -29,6 +29,7 @@ run_pkgs=(btrfs-progs python3-pip)
 test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
            mariadb-server redis-server mypy python3-venv tmux nftables dnsmasq-base
+           python3-websockets
            iproute2)
 
 pkgs=("${build_pkgs[@]}")

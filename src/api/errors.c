@@ -86,6 +86,13 @@ static const struct code_status TABLE[] = {
      "the command has no stdin to write to: start it with \"stdin\": true, and write "
      "before closing it"},
     {SL_E_EXEC_NOT_RUNNING, 409, "the command has ended"},
+    {SL_E_TERMINAL_LIMIT, 429,
+     "too many terminals run (SANDBOX_MAX_TERMINALS_PER_SANDBOX, SANDBOX_MAX_TERMINALS): exit "
+     "one"},
+    {SL_E_NOT_A_TERMINAL, 409, "this command runs without a terminal"},
+    {SL_E_UPGRADE_REQUIRED, 426,
+     "this route speaks WebSocket: send the upgrade request (Connection: Upgrade, Upgrade: "
+     "websocket, Sec-WebSocket-Version: 13, Sec-WebSocket-Key)"},
     {SL_E_WATCH_LIMIT, 429,
      "too many file watches are open (SANDBOX_MAX_WATCHES_PER_SANDBOX, SANDBOX_MAX_WATCHES): "
      "close one"},

@@ -17,6 +17,7 @@
 #include "api/exec_stream.h"
 #include "api/forward.h"
 #include "api/fs_watch.h"
+#include "api/terminal_ws.h"
 #include "api/mcp.h"
 #include "api/tenant_view.h"
 #include "api/router.h"
@@ -121,6 +122,8 @@ struct conn_state {
     /* A tenant's path sandbox id in its namespace ("<tenant_id>~<name>"):
      * what params[] and path point at from run_handler on. */
     char tenant_sandbox_id[SL_TENANT_ID_MAX + 1 + SL_TENANT_NAME_MAX + 1];
+    /* A 101 queued: its owner until libmicrohttpd says it was sent. */
+    struct sl_upgrade *upgrade;
 };
 
 /* The deferred answer handle of api/http.h is the connection state. */
@@ -214,12 +217,55 @@ static enum MHD_Result queue_source(struct conn_state *st, struct MHD_Connection
     return rc;
 }
 
+/* ---- WebSocket: the switch, then the socket is the route's ---- */
+
+void sl_upgraded_close(struct sl_upgraded *h)
+{
+    MHD_upgrade_action((struct MHD_UpgradeResponseHandle *)h, MHD_UPGRADE_ACTION_CLOSE);
+}
+
+static void on_upgraded(void *cls, struct MHD_Connection *conn, void *con_cls,
+                        const char *extra_in, size_t extra_in_size, MHD_socket sock,
+                        struct MHD_UpgradeResponseHandle *urh)
+{
+    (void)cls;
+    (void)conn;
+    struct conn_state *st = con_cls;
+    struct sl_upgrade *u = st ? st->upgrade : NULL;
+    if (!u) {
+        MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE);
+        return;
+    }
+    st->upgrade = NULL;
+    u->start(u, sock, extra_in, extra_in_size, (struct sl_upgraded *)urh);
+}
+
+static enum MHD_Result queue_upgrade(struct conn_state *st, struct MHD_Connection *conn,
+                                     struct sl_response *resp)
+{
+    struct sl_upgrade *u = resp->upgrade;
+    resp->upgrade = NULL;
+    struct MHD_Response *r = MHD_create_response_for_upgrade(on_upgraded, NULL);
+    if (!r) {
+        u->abandon(u);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_UPGRADE, "websocket");
+    MHD_add_response_header(r, "Sec-WebSocket-Accept", u->accept);
+    st->upgrade = u;
+    enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
                              struct sl_response *resp)
 {
     note_answer(st, resp);
     if (resp->source)
         return queue_source(st, conn, resp);
+    if (resp->upgrade)
+        return queue_upgrade(st, conn, resp);
     struct MHD_Response *r = MHD_create_response_from_buffer(
         resp->len, resp->body ? resp->body : (void *)"", resp->body ? MHD_RESPMEM_MUST_FREE
                                                                     : MHD_RESPMEM_PERSISTENT);
@@ -333,6 +379,10 @@ static void conn_state_free(struct conn_state *st)
     free(st->resp.body);
     if (st->resp.source) /* an answer never sent */
         st->resp.source->close(st->resp.source);
+    if (st->resp.upgrade)
+        st->resp.upgrade->abandon(st->resp.upgrade);
+    if (st->upgrade) /* queued, never switched */
+        st->upgrade->abandon(st->upgrade);
     free(st->pathbuf);
     free(st->path);
     free(st);
@@ -1431,7 +1481,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
     /* MHD's own threads only move bytes (epoll, one event loop per thread);
      * handlers run on the pool; a request waiting for its command is a
      * suspended connection, not a thread. */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_ALLOW_UPGRADE |
                      MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
@@ -1446,7 +1496,8 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
          * 200 KB here with a 256 KiB buffer (http.h). */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SL_HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (http->daemon && (sl_exec_streams_start(cfg, err) < 0 || sl_fs_watches_start(cfg, err) < 0)) {
+    if (http->daemon && (sl_exec_streams_start(cfg, err) < 0 || sl_fs_watches_start(cfg, err) < 0 ||
+                         sl_terminals_ws_start(cfg, err) < 0)) {
         sl_http_stop(http);
         return NULL;
     }
@@ -1488,6 +1539,8 @@ void sl_http_stop(struct sl_http *http)
      * finished them all before this). */
     sl_exec_streams_stop();
     sl_fs_watches_stop();
+    /* Upgraded connections are ours to close: before the daemon stops. */
+    sl_terminals_ws_stop();
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
     sl_conn_guard_free(http->conn_guard);

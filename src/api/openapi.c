@@ -142,7 +142,14 @@ static json_t *operation(const struct sl_route_def *r)
     json_object_set_new(err, "description",
                         json_string("Any other error: a 500 (SANDBOX_INTERNAL_ERROR) carries no "
                                     "detail"));
-    json_t *responses = json_pack("{s:o,s:o}", r->created ? "201" : "200", ok, "default", err);
+    /* A WebSocket route answers 101 and speaks the messages it describes. */
+    const char *ws = json_string_value(json_object_get(info, "webSocket"));
+    if (ws) {
+        json_decref(ok);
+        ok = json_pack("{s:s}", "description", ws);
+    }
+    json_t *responses = json_pack("{s:o,s:o}", ws ? "101" : r->created ? "201" : "200", ok,
+                                  "default", err);
     add_errors(responses, json_object_get(info, "errors"));
     json_object_set_new(op, "responses", responses);
     if (r->auth)

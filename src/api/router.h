@@ -51,6 +51,22 @@ struct sl_body_source {
     void *wake_ctx;
 };
 
+/* A WebSocket answer (101 Switching Protocols). Once the switch is sent,
+ * api/http.c hands the connection's socket to `start`, which owns it from
+ * then on (reads, writes, never closes it) and gives it back with
+ * sl_upgraded_close when it is done. A switch never sent (the client gone
+ * first) calls `abandon` instead. Either is called once, on a thread of
+ * libmicrohttpd: neither may block. */
+struct sl_upgraded; /* the connection while upgraded */
+struct sl_upgrade {
+    char accept[29]; /* Sec-WebSocket-Accept */
+    void (*start)(struct sl_upgrade *u, int fd, const char *extra, size_t extra_len,
+                  struct sl_upgraded *h);
+    void (*abandon)(struct sl_upgrade *u);
+};
+/* Close an upgraded connection (any thread, once). */
+void sl_upgraded_close(struct sl_upgraded *h);
+
 struct sl_response {
     int status;
     const char *content_type; /* static string */
@@ -70,6 +86,8 @@ struct sl_response {
     struct sl_error_owner owner;
     /* The body comes from here instead of `body` (status 200). */
     struct sl_body_source *source;
+    /* Or the connection switches to WebSocket (status 101). */
+    struct sl_upgrade *upgrade;
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);

@@ -2,6 +2,9 @@
  * reference's 422 shape, calls one service function and encodes the answer. */
 #include <microhttpd.h>
 #include <signal.h>
+#include <strings.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 #include "api/pages.h"
 #include "api/router.h"
 #include "api/tenant_view.h"
+#include "api/terminal_ws.h"
 #include "api/validate.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
@@ -750,6 +754,79 @@ static void h_exec_stream(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* Whether a request asks for a WebSocket (RFC 6455 §4.2.1): its key, or
+ * NULL. */
+static const char *websocket_key(struct sl_request *req)
+{
+    const char *upgrade = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Upgrade");
+    const char *version =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Sec-WebSocket-Version");
+    const char *key = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Sec-WebSocket-Key");
+    if (!upgrade || strcasecmp(upgrade, "websocket") != 0 || !version ||
+        strcmp(version, "13") != 0 || !key)
+        return NULL;
+    return key;
+}
+
+/* Ours: GET …/terminal — a terminal over WebSocket: a new login shell, or
+ * (exec_id) one still running, attached again. */
+static void h_terminal(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t generation = 0, cols = 80, rows = 24;
+    sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
+    sl_v_query_int(&v, query(req, "cols"), "cols", false, 1, 1000, 80, &cols);
+    sl_v_query_int(&v, query(req, "rows"), "rows", false, 1, 1000, 24, &rows);
+    const char *exec_id = query(req, "exec_id");
+    if (exec_id && (!*exec_id || strlen(exec_id) > 128 || !sl_v_is_identifier(exec_id)))
+        sl_v_fail(&v, "exec_id", "must be the exec_id of a terminal (1 to 128 characters)");
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+        sl_v_free(&v);
+        return;
+    }
+    sl_v_free(&v);
+    const char *key = websocket_key(req);
+    struct sl_error err = {0};
+    if (!key) {
+        sl_error_set(&err, SL_E_UPGRADE_REQUIRED, 0, "%s", SL_E_UPGRADE_REQUIRED);
+        respond_error(resp, &err);
+        return;
+    }
+    struct sl_terminal t = {.master = -1};
+    int rc;
+    if (exec_id) {
+        rc = sl_svc_terminal_attach(req->svc, req->params[0], generation, exec_id, &t, &err);
+        if (rc == 0 && (query(req, "cols") || query(req, "rows"))) {
+            struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+            (void)ioctl(t.master, TIOCSWINSZ, &ws);
+        }
+    } else {
+        /* A new shell is a command: the tenant's commands_in_flight. */
+        bool held = false;
+        if (!quota_admits(req, resp, SL_LIMIT_COMMANDS, NULL, &held))
+            return;
+        rc = sl_svc_terminal_open(req->svc, req->params[0], generation, (unsigned short)cols,
+                                  (unsigned short)rows, &t, &err);
+        sl_svc_quota_leave(req->svc, held);
+    }
+    if (rc < 0) {
+        respond_error(resp, &err);
+        return;
+    }
+    struct sl_upgrade *u = sl_terminal_ws_upgrade(req->svc, req->params[0], &t,
+                                                  (unsigned short)cols, (unsigned short)rows,
+                                                  key, &err);
+    if (!u) {
+        respond_error(resp, &err);
+        return;
+    }
+    resp->status = 101;
+    resp->content_type = "application/octet-stream";
+    resp->upgrade = u;
+}
+
 static void h_exec_cancel(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_validation v;
@@ -1421,6 +1498,9 @@ static const struct sl_query_param Q_WATCH[] = {{"path", "string", true},
                                                 {NULL, NULL, false}};
 static const struct sl_query_param Q_STREAM[] = {
     {"generation", "integer", true}, {"offset", "string", false}, {NULL, NULL, false}};
+static const struct sl_query_param Q_TERMINAL[] = {
+    {"generation", "integer", true}, {"cols", "integer", false}, {"rows", "integer", false},
+    {"exec_id", "string", false},    {NULL, NULL, false}};
 static const struct sl_query_param Q_ADMIN_SANDBOXES[] = {{"status", "string", false},
                                                           {"workspace_scope_id", "string", false},
                                                           {"worker_id", "string", false},
@@ -1501,6 +1581,9 @@ const struct sl_route_def sl_routes[] = {
      false, false, true, false},
     {"GET", SBX "/exec/{exec_id}/stream", h_exec_stream, true, false, "streamExecution",
      "Follow an execution's output as events", NULL, NULL, Q_STREAM, 0, false, false, true,
+     false},
+    {"GET", SBX "/terminal", h_terminal, true, false, "openTerminal",
+     "An interactive terminal over WebSocket", NULL, NULL, Q_TERMINAL, 0, false, false, true,
      false},
     {"POST", SBX "/exec/{exec_id}/cancel", h_exec_cancel, true, false, "cancelExecution",
      "Signal a running execution", NULL, "CancelResponse", Q_GENERATION, 0, false, false, true, false},

@@ -64,6 +64,9 @@
 #define SL_E_STDIN_CLOSED "SANDBOX_STDIN_CLOSED"   /* 409, ours: no stdin to write to */
 #define SL_E_WATCH_LIMIT "SANDBOX_WATCH_LIMIT"     /* 429, ours: file watches per sandbox/worker */
 #define SL_E_EXEC_NOT_RUNNING "SANDBOX_EXEC_NOT_RUNNING" /* 409, ours: it has ended */
+#define SL_E_TERMINAL_LIMIT "SANDBOX_TERMINAL_LIMIT" /* 429, ours: terminals per sandbox/worker */
+#define SL_E_NOT_A_TERMINAL "SANDBOX_NOT_A_TERMINAL" /* 409, ours: a command without one */
+#define SL_E_UPGRADE_REQUIRED "SANDBOX_UPGRADE_REQUIRED" /* 426, ours: a WebSocket route */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
 struct sl_error_owner {

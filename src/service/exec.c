@@ -140,6 +140,12 @@ struct svc_exec {
     pthread_mutex_t stdin_lock, writer_lock;
     atomic_bool cancelled;     /* the client asked (API.md §3.11) */
     atomic_bool signalled;     /* the client sent a signal (ours) */
+    /* A terminal session: stdin_fd is then its master (a copy). Clients
+     * attached now, and since when none is (under execs_lock). */
+    bool tty;
+    int tty_clients;
+    int64_t tty_alone_since_us;
+    atomic_bool tty_idle;      /* ended for SANDBOX_TERMINAL_IDLE_SECONDS alone */
     bool resume_pending;       /* a resume came before x->rt (under execs_lock) */
     sl_exec_wait_fn wait;      /* NULL for background runs */
     void *wait_ctx;
@@ -427,6 +433,7 @@ static void record_result(struct sl_service *svc, struct svc_exec *x)
      * FAILED with the signal's code (§4.6) but says so here. */
     const char *reason = res->oom_killed                                    ? "OOM_KILLED"
                          : res->timed_out                                   ? "TIMED_OUT"
+                         : atomic_load(&x->tty_idle) && res->exit_code < 0  ? "TERMINAL_IDLE"
                          : atomic_load(&x->cancelled) && res->exit_code < 0 ? "CANCELLED_BY_CLIENT"
                          : atomic_load(&x->signalled) && res->exit_code < 0 ? "SIGNALLED_BY_CLIENT"
                                                                             : "";
@@ -492,6 +499,11 @@ static void on_rt_done(struct sl_rt_exec_result *res, void *ctx)
 static int lock_admitted(struct sl_service *svc, struct svc_exec *x, const char *scope,
                          struct sl_error *err)
 {
+    /* A terminal is a person's shell: it takes no workspace lock, so
+     * neither the sandbox's commands nor its file operations wait for the
+     * person to log out (as they would behind an unscoped command). */
+    if (x->tty)
+        return 0;
     struct sl_error open_err = {0};
     _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, x->sandbox_id, &open_err);
     if (rootfd < 0)
@@ -528,7 +540,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         record_failure(&x->rec, "RuntimeError", "SANDBOX_WORKSPACE_LOST");
         return false;
     }
-    if (x->global_fd < 0 &&
+    if (x->global_fd < 0 && !x->tty &&
         take_exec_locks(rootfd, req->exec_scope, &x->global_fd, &x->scope_fd, &err) < 0) {
         record_failure(&x->rec, "RuntimeError", err.message);
         return false;
@@ -636,9 +648,22 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         return false;
     }
     svc_egress_rt(svc, &egress, &rreq.egress);
+    int master = -1;
+    if (req->tty.on)
+        rreq.tty = (struct sl_rt_tty){
+            .on = true, .cols = req->tty.cols, .rows = req->tty.rows, .master = &master};
     atomic_fetch_add(&svc->running_execs, 1);
     struct sl_rt_exec *handle = NULL;
     int rc = sl_rt_exec_start(svc->runtime, &rreq, on_rt_done, x, &handle, &err);
+    if (rc == 0 && req->tty.on) {
+        /* The terminal's master is its input; a sandbox that opened none
+         * ran nothing (its reason is on stderr) or is told to stop. */
+        pthread_mutex_lock(&x->stdin_lock);
+        x->stdin_fd = master;
+        pthread_mutex_unlock(&x->stdin_lock);
+        if (master < 0)
+            sl_rt_exec_cancel(handle);
+    }
     if (rc == 0) {
         /* The program's name only: arguments and environment may hold
          * what a log must not. */
@@ -739,6 +764,8 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     x->stdin_fd = -1;
     pthread_mutex_init(&x->stdin_lock, NULL);
     pthread_mutex_init(&x->writer_lock, NULL);
+    x->tty = req->tty.on;
+    x->tty_alone_since_us = sl_mono_us();
     x->sandbox_id = strdup(sandbox_id);
     x->exec_id = strdup(req->exec_id);
     x->command_json = sl_json_dumps(req->request);
@@ -826,7 +853,7 @@ int sl_svc_exec(struct sl_service *svc, const char *sandbox_id, const struct sl_
     struct blocking_wait bw = {0};
     /* A streamed command answers at once, as a background one does: its
      * output follows on the stream (sl_svc_exec_attach). */
-    bool detached = req->background || req->stream;
+    bool detached = req->background || req->stream || req->tty.on;
     bool blocking = !detached && !wait;
     if (!detached) {
         if (blocking) {
@@ -1158,6 +1185,76 @@ json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const
         }
     pthread_mutex_unlock(&svc->execs_lock);
     return json_pack("{s:b}", "cancelled", cancelled);
+}
+
+int svc_terminal_take(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
+                      struct sl_terminal *out, struct sl_error *err)
+{
+    out->master = -1;
+    out->log = NULL;
+    struct svc_exec *x = find_running(svc, sandbox_id, exec_id, err);
+    if (!x)
+        return -1;
+    int rc = 0;
+    pthread_mutex_lock(&x->stdin_lock);
+    if (!x->tty)
+        rc = sl_error_set(err, SL_E_NOT_A_TERMINAL, 0,
+                          "this command runs without a terminal: attach to its output "
+                          "stream instead");
+    else if (x->stdin_fd < 0)
+        rc = sl_error_set(err, SL_E_EXEC_NOT_RUNNING, 0, "the terminal has ended");
+    else if ((out->master = fcntl(x->stdin_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+        rc = sl_error_errno(err, SL_E_INTERNAL, "cannot share the terminal");
+    pthread_mutex_unlock(&x->stdin_lock);
+    if (rc == 0) {
+        out->log = sl_outlog_ref(x->log);
+        snprintf(out->exec_id, sizeof(out->exec_id), "%s", x->exec_id);
+        pthread_mutex_lock(&svc->execs_lock);
+        x->tty_clients++;
+        pthread_mutex_unlock(&svc->execs_lock);
+    }
+    svc_exec_put(x);
+    return rc;
+}
+
+void sl_svc_terminal_detach(struct sl_service *svc, const char *sandbox_id, const char *exec_id)
+{
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->tty && strcmp(x->sandbox_id, sandbox_id) == 0 &&
+            strcmp(x->exec_id, exec_id) == 0 && x->tty_clients > 0) {
+            if (--x->tty_clients == 0)
+                x->tty_alone_since_us = sl_mono_us();
+            break;
+        }
+    pthread_mutex_unlock(&svc->execs_lock);
+}
+
+int svc_terminals_count(struct sl_service *svc, const char *sandbox_id)
+{
+    int n = 0;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->tty && (!sandbox_id || strcmp(x->sandbox_id, sandbox_id) == 0))
+            n++;
+    pthread_mutex_unlock(&svc->execs_lock);
+    return n;
+}
+
+void svc_terminals_cycle(struct sl_service *svc)
+{
+    int64_t idle_us = svc->cfg->terminal_idle_seconds * 1000000;
+    if (idle_us <= 0)
+        return;
+    int64_t now = sl_mono_us();
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->tty && x->rt && x->tty_clients == 0 && !atomic_load(&x->tty_idle) &&
+            now - x->tty_alone_since_us >= idle_us) {
+            atomic_store(&x->tty_idle, true);
+            sl_rt_exec_cancel(x->rt);
+        }
+    pthread_mutex_unlock(&svc->execs_lock);
 }
 
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id)

@@ -443,11 +443,13 @@ static void *service_loop(void *arg)
     int64_t beat_every = (int64_t)(cfg->heartbeat_interval_seconds * 1e6);
     int64_t maint_every = (int64_t)(cfg->maintenance_interval_seconds * 1e6);
     int64_t next_beat = sl_mono_us() + beat_every, next_maint = sl_mono_us();
-    int64_t next_retry = 0;
+    int64_t next_retry = 0, next_term = sl_mono_us() + 1000000;
     pthread_mutex_lock(&svc->loop_lock);
     while (!svc->stopping) {
         int64_t now = sl_mono_us();
         int64_t wake = next_beat < next_maint ? next_beat : next_maint;
+        if (next_term < wake)
+            wake = next_term;
         /* Completion writes that failed: every second while any wait. */
         bool retrying = svc_finish_retry_pending(svc) > 0;
         if (retrying && !next_retry)
@@ -481,6 +483,11 @@ static void *service_loop(void *arg)
              * nothing running go. */
             if (cfg->session_idle_seconds > 0)
                 sl_rt_reap_idle(svc->runtime, cfg->session_idle_seconds * 1000);
+        }
+        /* Terminals left alone end within a second of their idle limit. */
+        if (now >= next_term) {
+            svc_terminals_cycle(svc);
+            next_term = now + 1000000;
         }
         if (now >= next_maint) {
             /* Maintenance step 1 (FLEET.md §6.1): empty the trash. The

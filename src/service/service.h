@@ -147,6 +147,12 @@ struct sl_exec_request {
     bool background;
     bool stream;            /* ours: answered at once, output read with sl_svc_exec_attach */
     bool stdin_open;        /* ours: stdin is a pipe fed by sl_svc_exec_stdin, not /dev/null */
+    /* ours: on a pseudo-terminal of this size (a terminal session: stream
+     * implied, output on stdout, input through sl_svc_terminal_attach) */
+    struct sl_exec_tty {
+        bool on;
+        unsigned short cols, rows;
+    } tty;
     const char *exec_scope; /* NULL = unscoped */
     const json_t *request;  /* the validated request object, stored as command_json */
 };
@@ -198,6 +204,35 @@ json_t *sl_svc_exec_stdin(struct sl_service *svc, const char *sandbox_id, const 
  * command: {"signalled": bool} (false: it had ended). */
 json_t *sl_svc_exec_signal(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, int sig, struct sl_error *err);
+/* Ours: a terminal (service/terminal.c): a login shell on a
+ * pseudo-terminal, an execution like any other (its record, its limits,
+ * its exec_id), started with sl_svc_terminal_open and reached while it runs
+ * with sl_svc_terminal_attach. What a client gets: the command's output log
+ * (a reference it puts) and a copy of the terminal's master (non-blocking,
+ * its own to close) to write input to and resize. Every attach is paired
+ * with one sl_svc_terminal_detach; a terminal nobody is attached to for
+ * SANDBOX_TERMINAL_IDLE_SECONDS is ended (termination_reason
+ * TERMINAL_IDLE). */
+struct sl_terminal {
+    char exec_id[128];
+    struct sl_outlog *log;
+    int master;
+};
+/* 429 SANDBOX_TERMINAL_LIMIT past SANDBOX_MAX_TERMINALS_PER_SANDBOX; the
+ * exec admission's refusals otherwise. */
+int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         unsigned short cols, unsigned short rows, struct sl_terminal *out,
+                         struct sl_error *err);
+/* 404 EXEC_NOT_FOUND, 409 SANDBOX_EXEC_NOT_RUNNING (it ended), 409
+ * SANDBOX_NOT_A_TERMINAL (a command without one). */
+int sl_svc_terminal_attach(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           const char *exec_id, struct sl_terminal *out, struct sl_error *err);
+void sl_svc_terminal_detach(struct sl_service *svc, const char *sandbox_id, const char *exec_id);
+/* Input arrived: the sandbox is in use (its idle clock). */
+void sl_svc_terminal_touch(struct sl_service *svc, const char *sandbox_id);
+/* Releases what sl_svc_terminal_open/attach gave (not the attachment). */
+void sl_terminal_clear(struct sl_terminal *t);
+
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);

@@ -878,6 +878,9 @@ static const char *const dormant_statuses[] = {"SUSPENDING", "SUSPENDED", NULL};
  * unscoped. */
 static bool scope_conflicts(const char *want, const char *column, const char *command_json)
 {
+    if ((want && strcmp(want, SL_EXEC_SCOPE_OWN) == 0) ||
+        (column && strcmp(column, SL_EXEC_SCOPE_OWN) == 0))
+        return false;
     if (!want)
         return true;
     if (column && *column)

@@ -53,6 +53,13 @@ void sl_route_clear(struct sl_route *r);
 /* Deep copy; returns -1 on allocation failure. */
 int sl_route_copy(struct sl_route *dst, const struct sl_route *src);
 
+/* The exec_scope of the service's own executions that run beside every
+ * other (a terminal's: a person's shell does not serialise with the
+ * sandbox's commands): admission finds no conflict with it, and it none
+ * with anything. '~' is outside the API's identifier alphabet, so no
+ * client's scope can be it. */
+#define SL_EXEC_SCOPE_OWN "~terminal"
+
 struct sl_exec_record {
     char *sandbox_id;
     char *exec_id;
@@ -60,7 +67,7 @@ struct sl_exec_record {
     char *worker_id;
     char status[16];     /* RUNNING, SUCCEEDED, FAILED, TIMED_OUT, CANCELLED, WORKER_LOST */
     char *command_json;  /* the full request object */
-    char *exec_scope;    /* NULL = unscoped */
+    char *exec_scope;    /* NULL = unscoped; SL_EXEC_SCOPE_OWN: see there */
     bool has_exit_code;
     int exit_code;
     char *stdout_text;   /* NULL allowed; may hold NUL bytes (decoded output) */

@@ -147,7 +147,7 @@ def test_every_route_lists_the_errors_it_can_answer(spec):
         for method, op in item.items():
             where = f"{method.upper()} {path}"
             errors = {s: r for s, r in op["responses"].items()
-                      if s not in ("200", "201", "default")}
+                      if s not in ("101", "200", "201", "default")}
             if path not in ("/health", "/healthz", "/openapi.json", "/docs"):
                 assert errors, f"{where} lists no error"
             for status, r in errors.items():
@@ -157,7 +157,8 @@ def test_every_route_lists_the_errors_it_can_answer(spec):
             if op.get("security"):
                 assert "SANDBOX_UNAUTHORIZED" in errors["401"]["x-error-codes"], where
             # Every API operation that answers JSON shows an example answer.
-            success = op["responses"].get("200") or op["responses"]["201"]
+            success = (op["responses"].get("200") or op["responses"].get("201")
+                       or op["responses"]["101"])
             ok = success.get("content", {}).get("application/json")
             if path.startswith("/api/v1/") and ok and not path.endswith("mcp/streamable-http"):
                 assert ok.get("example") is not None, f"{where} has no response example"

@@ -1,0 +1,111 @@
+/* Terminals: a login shell on a pseudo-terminal, run as an execution of
+ * its sandbox (exec.c): the same admission, fencing, uid, limits and
+ * record as any command, with the terminal's bounds on top. The transport
+ * (a WebSocket) is the API's (api/terminal_ws.c). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "service/internal.h"
+#include "service/outlog.h"
+#include "service/service.h"
+#include "store/store.h"
+
+/* Counting and starting are one step, so two opens at once cannot both
+ * take the last terminal a sandbox may have. */
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The sandbox's login shell: bash where the host has it (a sandbox sees
+ * the host's /usr), else sh. Both read /etc/profile and ~/.profile. */
+static const char *login_shell(void)
+{
+    return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
+}
+
+void sl_terminal_clear(struct sl_terminal *t)
+{
+    if (t->master >= 0)
+        close(t->master);
+    t->master = -1;
+    sl_outlog_put(t->log);
+    t->log = NULL;
+}
+
+int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         unsigned short cols, unsigned short rows, struct sl_terminal *out,
+                         struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
+    out->master = -1;
+    out->log = NULL;
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+        return -1;
+    char exec_id[40] = "terminal-";
+    if (sl_random_hex(exec_id + strlen(exec_id), 12) < 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot make the terminal's id");
+    const char *shell = login_shell();
+    const char *argv[] = {shell, "-l"};
+    const char *env_keys[] = {"TERM", "COLORTERM"};
+    const char *env_values[] = {"xterm-256color", "truecolor"};
+    _cleanup_json_ json_t *doc =
+        json_pack("{s:[ss],s:s,s:{s:i,s:i}}", "command", shell, "-l", "cwd", "/workspace",
+                  "terminal", "cols", (int)cols, "rows", (int)rows);
+    if (!doc)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    struct sl_exec_request req = {
+        .exec_id = exec_id,
+        .generation = generation,
+        .argv = argv,
+        .argc = 2,
+        .cwd = "/workspace",
+        .env_keys = env_keys,
+        .env_values = env_values,
+        .env_len = 2,
+        .timeout_seconds = cfg->terminal_max_seconds,
+        .exec_scope = SL_EXEC_SCOPE_OWN, /* beside the sandbox's commands */
+        .tty = {.on = true, .cols = cols, .rows = rows},
+        .request = doc,
+    };
+    pthread_mutex_lock(&open_lock);
+    int rc = 0;
+    int here = svc_terminals_count(svc, sandbox_id), all = svc_terminals_count(svc, NULL);
+    if (here >= cfg->max_terminals_per_sandbox)
+        rc = sl_error_set(err, SL_E_TERMINAL_LIMIT, 0,
+                          "this sandbox already runs %d terminals "
+                          "(SANDBOX_MAX_TERMINALS_PER_SANDBOX): exit one",
+                          here);
+    else if (all >= cfg->max_terminals)
+        rc = sl_error_set(err, SL_E_TERMINAL_LIMIT, 0,
+                          "this worker already runs %d terminals (SANDBOX_MAX_TERMINALS): "
+                          "retry when one has ended",
+                          all);
+    json_t *answer = NULL;
+    if (rc == 0)
+        rc = sl_svc_exec(svc, sandbox_id, &req, NULL, NULL, &answer, err);
+    pthread_mutex_unlock(&open_lock);
+    json_decref(answer);
+    if (rc < 0)
+        return -1;
+    /* Attached from the start, so the idle clock waits for this client. */
+    return svc_terminal_take(svc, sandbox_id, exec_id, out, err);
+}
+
+int sl_svc_terminal_attach(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           const char *exec_id, struct sl_terminal *out, struct sl_error *err)
+{
+    out->master = -1;
+    out->log = NULL;
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+        return -1;
+    return svc_terminal_take(svc, sandbox_id, exec_id, out, err);
+}
+
+void sl_svc_terminal_touch(struct sl_service *svc, const char *sandbox_id)
+{
+    svc_live_touch(svc, sandbox_id);
+}
