@@ -23,6 +23,7 @@
 #include "cli/http.h"
 #include "cli/mcp_bridge.h"
 #include "cli/sandbox.h"
+#include "cli/shell.h"
 
 /* Exit statuses besides a command's own (exec). */
 #define EXIT_REFUSED 1 /* the service refused, or could not be reached */
@@ -54,6 +55,9 @@ static const char USAGE[] =
     "                           run CMD inside; its output goes to this terminal\n"
     "                           and its exit code is sandloom's (124: timed out,\n"
     "                           128+N: killed by signal N)\n"
+    "  shell NAME [--attach ID] a terminal in the sandbox (a login shell), on this\n"
+    "                           one; --attach: the running terminal ID again (its\n"
+    "                           recent screen first); exits with the shell's code\n"
     "  cat NAME PATH            print a file of the sandbox\n"
     "  ls                       the sandboxes this key may see (a tenant's own)\n"
     "  ls NAME [PATH]           list a directory of the sandbox (/workspace)\n"
@@ -439,6 +443,18 @@ static int cmd_exec(struct ctx *c, int argc, char **argv)
         print_json(rec);
     int status = exit_status_of(rec);
     json_decref(rec);
+    return status;
+}
+
+static int cmd_shell(struct ctx *c, const char *name, const char *attach)
+{
+    struct cli_sandbox sb = sandbox_of(c, name);
+    struct cli_error e;
+    json_t *end = NULL;
+    if (cli_sandbox_open(&sb, &e) < 0 || cli_shell(&sb, attach, &end, &e) < 0)
+        return refused(c->o, &e);
+    int status = end ? exit_status_of(end) : 0;
+    json_decref(end);
     return status;
 }
 
@@ -1064,6 +1080,11 @@ static int dispatch(struct ctx *c, int argc, char **argv)
     if (argc < 2 || !valid_name(argv[1]))
         return usage_error("%s wants a sandbox name (letters, digits, _ . : -)", cmd);
     const char *name = argv[1];
+    if (strcmp(cmd, "shell") == 0) {
+        if (argc != 2 && !(argc == 4 && strcmp(argv[2], "--attach") == 0 && valid_name(argv[3])))
+            return usage_error("shell wants NAME [--attach TERMINAL_ID]%s", "");
+        return cmd_shell(c, name, argc == 4 ? argv[3] : NULL);
+    }
     if (strcmp(cmd, "cat") == 0) {
         if (argc != 3)
             return usage_error("cat wants NAME PATH%s", "");

@@ -51,7 +51,7 @@ def one_error_line(r, code):
 def test_help_names_every_command(run):
     r = run("--help", check=0)
     text = r.stdout.decode()
-    for cmd in ("create", "info", "rm", "suspend", "resume", "exec", "cat", "ls", "cp",
+    for cmd in ("create", "info", "rm", "suspend", "resume", "exec", "shell", "cat", "ls", "cp",
                 "SANDLOOM_URL", "SANDLOOM_API_KEY", "--json"):
         assert cmd in text, cmd
     assert run().returncode == 2
@@ -435,3 +435,63 @@ def test_exec_prints_output_as_the_command_produces_it(daemon, run):
     # --json: the record, once, as before.
     r = run("--json", "exec", sb, "--", "sh", "-c", "echo hi", check=0)
     assert json.loads(r.stdout)["stdout"] == "hi\n"
+
+
+def test_shell_reads_a_script_from_a_pipe_and_exits_with_its_code(run):
+    sb = name()
+    run("create", sb, check=0)
+    r = run("shell", sb, input=b"echo piped-$((6*7))\ncd /workspace && touch from-shell\nexit 3\n")
+    assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
+    assert b"piped-42" in r.stdout
+    assert run("ls", sb, "/workspace", check=0).stdout.count(b"from-shell") == 1
+    # A terminal that is not there: one line with its code.
+    one_error_line(run("shell", sb, "--attach", "terminal-nosuch"), "EXEC_NOT_FOUND")
+    run("rm", sb, check=0)
+
+
+def tmux(sock, *args):
+    return subprocess.run(["tmux", "-L", sock, *args], capture_output=True, text=True, timeout=30)
+
+
+def wait_pane(sock, pattern, timeout=30):
+    deadline = time.monotonic() + timeout
+    pane = ""
+    while time.monotonic() < deadline:
+        pane = tmux(sock, "capture-pane", "-p").stdout
+        if re.search(pattern, pane):
+            return pane
+        time.sleep(0.2)
+    raise AssertionError(f"{pattern!r} not in the pane:\n{pane}")
+
+
+def test_shell_on_a_real_terminal_follows_its_size_and_gives_it_back(daemon, run, tmp_path):
+    sb = name()
+    run("create", sb, check=0)
+    sock = "sl-sh-" + uuid.uuid4().hex[:8]
+    env = (f"SANDLOOM_URL=http://127.0.0.1:{daemon.port} SANDLOOM_API_KEY={daemon.token} "
+           f"HOME={tmp_path}")
+    # After the shell: the code, and whether the local terminal is cooked again.
+    script = (f"env {env} {CLI} shell {sb}; echo shell-exit:$?; "
+              f"stty -a | grep -o -- '-\\?icanon' | head -1 | sed 's/^/mode:/'; sleep 60")
+    tmux(sock, "new-session", "-d", "-x", "120", "-y", "40", script)
+    try:
+        wait_pane(sock, r"workspace#")
+        tmux(sock, "send-keys", "stty size", "Enter")
+        wait_pane(sock, r"(?m)^40 120$")
+        tmux(sock, "resize-window", "-x", "90", "-y", "30")
+        time.sleep(0.5)
+        tmux(sock, "send-keys", "clear; stty size", "Enter")
+        wait_pane(sock, r"(?m)^30 90$")
+        # ^C reaches the sandbox's job, not the CLI.
+        tmux(sock, "send-keys", "sleep 100", "Enter")
+        time.sleep(0.5)
+        tmux(sock, "send-keys", "C-c", "")
+        tmux(sock, "send-keys", "echo after-$?", "Enter")
+        wait_pane(sock, r"after-130")
+        tmux(sock, "send-keys", "exit 5", "Enter")
+        pane = wait_pane(sock, r"mode:")
+        assert "shell-exit:5" in pane, pane
+        assert "mode:icanon" in pane, pane
+    finally:
+        tmux(sock, "kill-server")
+        run("rm", sb)
