@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -252,6 +253,8 @@ static enum MHD_Result queue_upgrade(struct conn_state *st, struct MHD_Connectio
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_UPGRADE, "websocket");
     MHD_add_response_header(r, "Sec-WebSocket-Accept", u->accept);
+    if (u->protocol[0])
+        MHD_add_response_header(r, "Sec-WebSocket-Protocol", u->protocol);
     st->upgrade = u;
     enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, r);
     MHD_destroy_response(r);
@@ -317,6 +320,32 @@ static enum MHD_Result queue_mcp_unauthorized(struct conn_state *st,
 
 enum auth_outcome { AUTH_REFUSED, AUTH_ACCEPTED, AUTH_NEEDS_STORE };
 
+/* A browser's WebSocket cannot send an Authorization header: it may offer
+ * the token as a subprotocol instead, "sandloom.bearer.<token>" among the
+ * Sec-WebSocket-Protocol values (never echoed back). Only on an upgrade
+ * request. The credential as "Bearer <token>" in buf. */
+#define WS_BEARER_PREFIX "sandloom.bearer."
+static bool websocket_bearer(struct MHD_Connection *conn, char *buf, size_t size,
+                             const char **value, size_t *len)
+{
+    const char *upgrade = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Upgrade");
+    const char *offered =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Sec-WebSocket-Protocol");
+    if (!upgrade || strcasecmp(upgrade, "websocket") != 0 || !offered)
+        return false;
+    const char *p = strstr(offered, WS_BEARER_PREFIX);
+    if (!p || (p != offered && p[-1] != ' ' && p[-1] != ','))
+        return false;
+    p += strlen(WS_BEARER_PREFIX);
+    size_t n = strcspn(p, ", \t");
+    if (n == 0 || n + 8 > size)
+        return false;
+    int w = snprintf(buf, size, "Bearer %.*s", (int)n, p);
+    *value = buf;
+    *len = (size_t)w;
+    return true;
+}
+
 /* The one authentication decision of a request: who its credential says
  * it is, into st->principal. The internal token is the operator; a tenant
  * API key is checked against the key cache, and when the cache cannot say
@@ -329,10 +358,12 @@ static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connecti
     const char *value = NULL;
     size_t len = 0;
     st->principal = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
-    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
-                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
-                                      &len) != MHD_YES ||
-        !value)
+    char from_protocol[600];
+    if ((MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                       strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
+                                       &len) != MHD_YES ||
+         !value) &&
+        !websocket_bearer(conn, from_protocol, sizeof(from_protocol), &value, &len))
         return AUTH_REFUSED;
     if (sl_consttime_equal(value, len, http->expected_auth, http->expected_len)) {
         st->principal.kind = SL_PRINCIPAL_OPERATOR;

@@ -161,7 +161,8 @@ static json_t *operation(const struct sl_route_def *r)
  * the worker protocol (API.md §9: replica to owner). */
 static bool documented(const struct sl_route_def *r)
 {
-    return strcmp(r->pattern, "/admin") != 0 && strncmp(r->pattern, "/docs/", 6) != 0 &&
+    return strcmp(r->pattern, "/admin") != 0 && strncmp(r->pattern, "/admin/", 7) != 0 &&
+           strncmp(r->pattern, "/docs/", 6) != 0 &&
            !r->internal;
 }
 

@@ -17,5 +17,9 @@
  * served under /docs/ for the /docs page. */
 #include "sl_asset_swagger_css.h"
 #include "sl_asset_swagger_js.h"
+/* xterm.js and its stylesheet (npm @xterm/xterm, MIT), served under
+ * /admin/ for the console's terminal. */
+#include "sl_asset_xterm_css.h"
+#include "sl_asset_xterm_js.h"
 
 #endif

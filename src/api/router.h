@@ -59,7 +59,8 @@ struct sl_body_source {
  * libmicrohttpd: neither may block. */
 struct sl_upgraded; /* the connection while upgraded */
 struct sl_upgrade {
-    char accept[29]; /* Sec-WebSocket-Accept */
+    char accept[29];   /* Sec-WebSocket-Accept */
+    char protocol[32]; /* Sec-WebSocket-Protocol chosen, "" for none */
     void (*start)(struct sl_upgrade *u, int fd, const char *extra, size_t extra_len,
                   struct sl_upgraded *h);
     void (*abandon)(struct sl_upgrade *u);

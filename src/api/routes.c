@@ -188,6 +188,20 @@ static void h_docs_css(struct sl_request *req, struct sl_response *resp)
     resp->cacheable = true;
 }
 
+static void h_admin_xterm_js(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/javascript; charset=utf-8", sl_asset_xterm_js);
+    resp->cacheable = true;
+}
+
+static void h_admin_xterm_css(struct sl_request *req, struct sl_response *resp)
+{
+    (void)req;
+    respond_text(resp, 200, "text/css; charset=utf-8", sl_asset_xterm_css);
+    resp->cacheable = true;
+}
+
 static void h_admin(struct sl_request *req, struct sl_response *resp)
 {
     (void)req;
@@ -822,6 +836,12 @@ static void h_terminal(struct sl_request *req, struct sl_response *resp)
         respond_error(resp, &err);
         return;
     }
+    /* A browser names the protocol it speaks (with its token, see
+     * api/http.c): the answer must choose one of those it offered. */
+    const char *offered =
+        MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Sec-WebSocket-Protocol");
+    if (offered && strstr(offered, SL_TERMINAL_WS_PROTOCOL))
+        snprintf(u->protocol, sizeof(u->protocol), "%s", SL_TERMINAL_WS_PROTOCOL);
     resp->status = 101;
     resp->content_type = "application/octet-stream";
     resp->upgrade = u;
@@ -1538,6 +1558,10 @@ const struct sl_route_def sl_routes[] = {
     {"GET", "/docs/swagger-ui.css", h_docs_css, false, false, "docsStyle",
      "Swagger UI's stylesheet, for /docs", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/admin", h_admin, false, false, "admin", "Operator console page", NULL, NULL, NULL, 0, false, false, false, false},
+    {"GET", "/admin/xterm.js", h_admin_xterm_js, false, false, "adminTerminalScript",
+     "The console's terminal emulator (xterm.js)", NULL, NULL, NULL, 0, false, false, false, false},
+    {"GET", "/admin/xterm.css", h_admin_xterm_css, false, false, "adminTerminalStyle",
+     "The console's terminal stylesheet", NULL, NULL, NULL, 0, false, false, false, false},
     {"POST", "/api/v1/sandboxes/mcp/streamable-http", sl_mcp_handle, true, false, "mcp",
      "MCP endpoint (Streamable HTTP, stateless)", NULL, NULL, NULL, SL_ROUTE_MCP_MAX_BODY, false, false, true, false},
     {"GET", "/api/v1/sandboxes/diagnostics/runtime", h_diagnostics, true, false,

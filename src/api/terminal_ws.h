@@ -17,6 +17,10 @@
 
 #include <stdint.h>
 
+/* The subprotocol a browser offers (and is answered): new WebSocket(url,
+ * [SL_TERMINAL_WS_PROTOCOL, "sandloom.bearer." + token]). */
+#define SL_TERMINAL_WS_PROTOCOL "sandloom.terminal"
+
 #include "common/error.h"
 
 struct sl_config;

@@ -227,3 +227,22 @@ def test_console_marks_routes_whose_owner_restarted(node, daemon_factory, shots)
     # Resolving again heals it.
     assert stale.resolve().status == 200 and stale.connect().status == 200
     assert stale.route().body["owner_live"] is True
+
+
+def test_console_terminal_runs_a_shell_in_the_sandbox(node, daemon_factory, shots):
+    """The console's Terminal tab: xterm.js (compiled in) over the terminal's
+    WebSocket, the token as a subprotocol; a command typed in the browser
+    runs in the sandbox, and its exit is shown."""
+    d = daemon_factory()
+    c = d.client()
+    tag = uuid.uuid4().hex[:12]
+    sb = Sandbox(c, f"sbx-console-term-{tag}", f"scope-console-term-{tag}")
+    assert sb.resolve().status == 200
+    assert sb.connect().status == 200
+    marker = f"typed-in-the-console-{tag}"
+    drive(node, d, "terminal", shots, TERMINAL_SANDBOX_ID=sb.id, MARKER=marker)
+    r = sb.read("/workspace/from-console.txt")
+    assert r.status == 200, r
+    import base64
+    assert base64.b64decode(r.body["content_base64"]) == (marker + "\n").encode()
+    assert (shots / "terminal.png").stat().st_size > 0

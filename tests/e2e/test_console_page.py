@@ -70,8 +70,14 @@ def test_every_fetch_is_relative(client):
             assert re.fullmatch(r"[A-Za-z_$][\w$]*", arg), f"{path}: unexpected fetch({arg!r})"
     assert not re.search(r"https?://", re.sub(r"<!--.*?-->", "", html, flags=re.S)), \
         f"{path}: contains an http(s):// URL"
-    for api in ("XMLHttpRequest", "WebSocket", "EventSource", "sendBeacon", "importScripts"):
+    for api in ("XMLHttpRequest", "EventSource", "sendBeacon", "importScripts"):
         assert api not in html, f"{path}: uses {api}"
+    # Its one WebSocket (the terminal) goes to this origin's host.
+    sockets = re.findall(r"new WebSocket\(([^,]*),", html)
+    assert len(sockets) == 1, sockets
+    built = re.search(r"const url = \(location\.protocol === 'https:' \? 'wss://' : 'ws://'\) "
+                      r"\+ location\.host \+\s*'/api/v1/sandboxes/'", html)
+    assert sockets[0].strip() == "url" and built, "the terminal's WebSocket is not same-origin"
 
 
 def test_console_keeps_the_token_in_session_storage_only(client):
@@ -85,6 +91,20 @@ def test_console_keeps_the_token_in_session_storage_only(client):
     # Every path the console calls is a same-origin API path.
     for url in re.findall(r"""api\(\s*'[A-Z]+',\s*[`'"]([^`'"]*)""", html):
         assert url.startswith("/api/v1/"), url
+
+
+def test_console_loads_xterm_from_this_server(client):
+    """The console's terminal emulator (npm @xterm/xterm, pinned in
+    web/console, compiled in) comes from this server, never a CDN."""
+    html = client.get("/admin", auth=False).raw.decode("utf-8")
+    assert '<script src="/admin/xterm.js"></script>' in html
+    assert '<link rel="stylesheet" href="/admin/xterm.css">' in html
+    dist = REPO / "web" / "console" / "node_modules" / "@xterm" / "xterm"
+    js = client.get("/admin/xterm.js", auth=False)
+    assert js.status == 200 and js.content_type == "text/javascript; charset=utf-8", js
+    assert js.raw == (dist / "lib" / "xterm.js").read_bytes(), "not the pinned xterm.js"
+    css = client.get("/admin/xterm.css", auth=False)
+    assert css.status == 200 and css.raw == (dist / "css" / "xterm.css").read_bytes()
 
 
 def test_docs_loads_swagger_ui_from_this_server(client):

@@ -14,6 +14,11 @@
 //                     on stdout, "stderr-" + MARKER on stderr), BUSY_SANDBOX_ID
 //                     (a sandbox with an execution in flight: release is
 //                     refused with 409)
+//                     "terminal": TERMINAL_SANDBOX_ID is live: its Terminal
+//                     button opens a shell (xterm.js over a WebSocket); a
+//                     command typed there shows its output, writes
+//                     /workspace/from-console.txt (MARKER), and `exit 4`
+//                     ends it
 //                     "restarted": the daemon restarted since STALE_SANDBOX_ID
 //                     was created (its route still says READY, its owner is
 //                     gone); FRESH_SANDBOX_ID was created after the restart
@@ -250,6 +255,35 @@ async function fleet(page) {
   await page.screenshot({ path: path.join(SHOTS, 'fleet.png'), fullPage: true });
 }
 
+async function terminal(page) {
+  const sid = need('TERMINAL_SANDBOX_ID'), marker = need('MARKER');
+  const row = `#sbx-body tr[data-sandbox-id="${sid}"]`;
+  await step('sign in and open the sandbox\'s terminal', async () => {
+    await signIn(page, TOKEN);
+    await waitText(page, row, 'READY');
+    await page.locator(`${row} button.terminal`).click();
+    await waitText(page, '#term-state', 'Connected · terminal-');
+    await waitText(page, '#term-state', '100×30');
+  });
+  await step('type a command and see its output on the terminal', async () => {
+    await waitText(page, '#term-screen .xterm-rows', 'workspace#');
+    await page.keyboard.type('echo hi-$((6*7))');
+    await page.keyboard.press('Enter');
+    await waitText(page, '#term-screen .xterm-rows', 'hi-42');
+    await page.keyboard.type(`echo ${marker} > /workspace/from-console.txt; tput cols`);
+    await page.keyboard.press('Enter');
+    await waitText(page, '#term-screen .xterm-rows', '100');
+    await page.screenshot({ path: path.join(SHOTS, 'terminal.png'), fullPage: true });
+  });
+  await step('exit: the console says how the shell ended', async () => {
+    await page.keyboard.type('exit 4');
+    await page.keyboard.press('Enter');
+    await waitText(page, '#term-state', 'exit code 4');
+    await page.locator('#term-close').click();
+    await page.locator('#term').waitFor({ state: 'hidden', timeout: TIMEOUT });
+  });
+}
+
 async function restarted(page) {
   const stale = need('STALE_SANDBOX_ID'), fresh = need('FRESH_SANDBOX_ID');
   const row = id => `#sbx-body tr[data-sandbox-id="${id}"]`;
@@ -308,6 +342,7 @@ async function main() {
     if (MODE === 'empty') await emptyFleet(page);
     else if (MODE === 'fleet') await fleet(page);
     else if (MODE === 'restarted') await restarted(page);
+    else if (MODE === 'terminal') await terminal(page);
     else throw new Error(`unknown CONSOLE_MODE ${MODE}`);
     check(requests > 1, 'no request was observed: the request check saw nothing');
   } catch (e) {
