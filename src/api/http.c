@@ -18,6 +18,7 @@
 #include "api/exec_stream.h"
 #include "api/forward.h"
 #include "api/fs_watch.h"
+#include "api/port_proxy.h"
 #include "api/terminal_ws.h"
 #include "api/mcp.h"
 #include "api/tenant_view.h"
@@ -255,10 +256,30 @@ static enum MHD_Result queue_upgrade(struct conn_state *st, struct MHD_Connectio
     MHD_add_response_header(r, "Sec-WebSocket-Accept", u->accept);
     if (u->protocol[0])
         MHD_add_response_header(r, "Sec-WebSocket-Protocol", u->protocol);
+    if (u->extensions[0])
+        MHD_add_response_header(r, "Sec-WebSocket-Extensions", u->extensions);
     st->upgrade = u;
     enum MHD_Result rc = MHD_queue_response(conn, MHD_HTTP_SWITCHING_PROTOCOLS, r);
     MHD_destroy_response(r);
     return rc;
+}
+
+/* A proxied answer's own header lines ("Name: value\n"). */
+static void add_proxied_headers(struct MHD_Response *r, char *lines)
+{
+    for (char *line = lines, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next)
+            *next++ = '\0';
+        char *colon = strchr(line, ':');
+        if (!colon || colon == line)
+            continue;
+        *colon = '\0';
+        const char *value = colon + 1;
+        while (*value == ' ')
+            value++;
+        MHD_add_response_header(r, line, value);
+    }
 }
 
 static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
@@ -277,10 +298,16 @@ static enum MHD_Result queue(struct conn_state *st, struct MHD_Connection *conn,
         return MHD_NO;
     }
     resp->body = NULL;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
-    MHD_add_response_header(r, "Cache-Control",
-                            resp->cacheable ? "public, max-age=3600" : "no-store");
-    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (resp->headers) {
+        add_proxied_headers(r, resp->headers);
+        free(resp->headers);
+        resp->headers = NULL;
+    } else {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, resp->content_type);
+        MHD_add_response_header(r, "Cache-Control",
+                                resp->cacheable ? "public, max-age=3600" : "no-store");
+        MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    }
     if (resp->allow[0])
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, resp->allow);
     /* RFC 9110 §11.6.1: a 401 names the scheme it wants (MCP clients read
@@ -408,6 +435,7 @@ static void conn_state_free(struct conn_state *st)
     json_decref(st->warnings);
     sl_buf_free(&st->body);
     free(st->resp.body);
+    free(st->resp.headers);
     if (st->resp.source) /* an answer never sent */
         st->resp.source->close(st->resp.source);
     if (st->resp.upgrade)
@@ -1528,7 +1556,7 @@ struct sl_http *sl_http_start(const struct sl_config *cfg, struct sl_service *sv
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)SL_HTTP_CONNECTION_MEMORY, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (http->daemon && (sl_exec_streams_start(cfg, err) < 0 || sl_fs_watches_start(cfg, err) < 0 ||
-                         sl_terminals_ws_start(cfg, err) < 0)) {
+                         sl_terminals_ws_start(cfg, err) < 0 || sl_ports_start(cfg, err) < 0)) {
         sl_http_stop(http);
         return NULL;
     }
@@ -1572,6 +1600,7 @@ void sl_http_stop(struct sl_http *http)
     sl_fs_watches_stop();
     /* Upgraded connections are ours to close: before the daemon stops. */
     sl_terminals_ws_stop();
+    sl_ports_stop();
     MHD_stop_daemon(http->daemon);
     penalty_free(http);
     sl_conn_guard_free(http->conn_guard);

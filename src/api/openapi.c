@@ -108,6 +108,8 @@ static json_t *operation(const struct sl_route_def *r)
             break;
         char name[64];
         snprintf(name, sizeof(name), "%.*s", (int)(end - p - 1), p + 1);
+        if (strcmp(name, "*") == 0)
+            snprintf(name, sizeof(name), "path"); /* a tail route's rest of the path */
         json_array_append_new(params, parameter(info, name, "path", true, "string"));
         p = end;
     }
@@ -173,10 +175,16 @@ json_t *sl_openapi_document(void)
         const struct sl_route_def *r = &sl_routes[i];
         if (!documented(r))
             continue;
-        json_t *item = json_object_get(paths, r->pattern);
+        /* A tail route's "{*}" is its "{path}" here (OpenAPI names it). */
+        char shown[256];
+        snprintf(shown, sizeof(shown), "%s", r->pattern);
+        char *star = strstr(shown, "{*}");
+        if (star)
+            snprintf(star, sizeof(shown) - (size_t)(star - shown), "{path}");
+        json_t *item = json_object_get(paths, shown);
         if (!item) {
             item = json_object();
-            json_object_set_new(paths, r->pattern, item);
+            json_object_set_new(paths, shown, item);
         }
         char method[16];
         size_t n = strlen(r->method);

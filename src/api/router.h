@@ -60,7 +60,8 @@ struct sl_body_source {
 struct sl_upgraded; /* the connection while upgraded */
 struct sl_upgrade {
     char accept[29];   /* Sec-WebSocket-Accept */
-    char protocol[32]; /* Sec-WebSocket-Protocol chosen, "" for none */
+    char protocol[128];   /* Sec-WebSocket-Protocol chosen, "" for none */
+    char extensions[256]; /* Sec-WebSocket-Extensions agreed, "" for none */
     void (*start)(struct sl_upgrade *u, int fd, const char *extra, size_t extra_len,
                   struct sl_upgraded *h);
     void (*abandon)(struct sl_upgrade *u);
@@ -89,6 +90,10 @@ struct sl_response {
     struct sl_body_source *source;
     /* Or the connection switches to WebSocket (status 101). */
     struct sl_upgrade *upgrade;
+    /* A proxied answer (the ports route): its own headers, malloc'd
+     * "Name: value\n" lines, sent as they are instead of ours
+     * (Cache-Control, nosniff); content_type NULL unless it names one. */
+    char *headers;
 };
 
 typedef void (*sl_handler)(struct sl_request *req, struct sl_response *resp);

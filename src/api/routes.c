@@ -16,6 +16,7 @@
 #include "api/fs_watch.h"
 #include "api/mcp.h"
 #include "api/pages.h"
+#include "api/port_proxy.h"
 #include "api/router.h"
 #include "api/tenant_view.h"
 #include "api/terminal_ws.h"
@@ -1546,6 +1547,12 @@ static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
 
 /* Order matters where a literal and a parameter segment overlap:
  * /sandboxes/resolve is declared before /sandboxes/{sandbox_id} (API.md §0.3). */
+/* The ports route, one row per method (api/port_proxy.h). */
+#define PORT_ROUTE(m, op)                                                                      \
+    {.method = m, .pattern = SBX "/ports/{port}/{*}", .handler = sl_port_proxy_handle,         \
+     .auth = true, .op_id = op, .summary = "To a server listening in the sandbox",             \
+     .max_body = SL_PORT_MAX_REQUEST_BODY, .tenant = true}
+
 const struct sl_route_def sl_routes[] = {
     {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/healthz", h_healthz, false, false, "healthz", "Worker status document", NULL,
@@ -1606,6 +1613,12 @@ const struct sl_route_def sl_routes[] = {
     {"GET", SBX "/exec/{exec_id}/stream", h_exec_stream, true, false, "streamExecution",
      "Follow an execution's output as events", NULL, NULL, Q_STREAM, 0, false, false, true,
      false},
+    PORT_ROUTE("GET", "portGet"),
+    PORT_ROUTE("POST", "portPost"),
+    PORT_ROUTE("PUT", "portPut"),
+    PORT_ROUTE("PATCH", "portPatch"),
+    PORT_ROUTE("DELETE", "portDelete"),
+    PORT_ROUTE("OPTIONS", "portOptions"),
     {"GET", SBX "/terminal", h_terminal, true, false, "openTerminal",
      "An interactive terminal over WebSocket", NULL, NULL, Q_TERMINAL, 0, false, false, true,
      false},

@@ -90,6 +90,8 @@ const struct sl_config_doc sl_config_docs[] = {
     OURS("SANDBOX_TERMINAL_IDLE_SECONDS", "A terminal with no client attached for this long is ended (its record says `TERMINAL_IDLE`); a client may reattach until then and gets the recent screen replayed. 0: never."),
     OURS("SANDBOX_TERMINAL_MAX_SECONDS", "The longest a terminal may run, attached or not (its execution's deadline: `TIMED_OUT` past it)."),
     OURS("SANDBOX_TERMINAL_REPLAY_BYTES", "How much of a terminal's most recent output a client that attaches (or reattaches) is sent first, so it sees the screen it left. At most what `SANDBOX_STREAM_RETAIN_BYTES` keeps."),
+    OURS("SANDBOX_PORT_TIMEOUT_SECONDS", "How long a request through the ports route (`/api/v1/sandboxes/{id}/ports/{port}/...`) may wait for the server in the sandbox to answer in full; past it the client gets 502 `SANDBOX_PORT_BAD_ANSWER`. A WebSocket through it is bounded by this for its upgrade only."),
+    OURS("SANDBOX_PORT_MAX_BODY_BYTES", "The largest answer body a server in the sandbox may send through the ports route (502 `SANDBOX_PORT_BAD_ANSWER` past it); request bodies are taken up to 32 MiB."),
     OURS("SANDBOX_MAX_WATCHES_PER_SANDBOX", "File watches (`GET …/files/watch`) open at once on one sandbox; past it `429 SANDBOX_WATCH_LIMIT`."),
     OURS("SANDBOX_MAX_WATCHES", "File watches open at once on this worker (each is an inotify instance of the daemon's); past it `429 SANDBOX_WATCH_LIMIT`."),
     OURS("SANDBOX_STREAM_KEEPALIVE_SECONDS", "A stream with nothing to send for this long sends an SSE comment, so proxies and clients keep an idle stream open."),

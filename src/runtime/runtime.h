@@ -210,6 +210,14 @@ int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms);
 /* Live warm sessions. */
 int sl_rt_sessions(struct sl_runtime *rt);
 
+/* A connected TCP socket (non-blocking, close-on-exec, the caller's) to
+ * `port` on the loopback of the sandbox of uid, as the sandbox sees it:
+ * made inside its session's network namespace (isolated, private), or in
+ * host mode only to a port that the sandbox's own uid listens on.
+ * SANDBOX_PORT_NOT_LISTENING when nothing of the sandbox listens there. */
+int sl_rt_sandbox_connect(struct sl_runtime *rt, uid_t uid, uint16_t port, int64_t timeout_ms,
+                          struct sl_error *err);
+
 /* Number of sandbox processes currently running through this runtime. */
 int sl_rt_running(const struct sl_runtime *rt);
 void sl_rt_close(struct sl_runtime *rt);

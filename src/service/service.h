@@ -233,6 +233,16 @@ void sl_svc_terminal_touch(struct sl_service *svc, const char *sandbox_id);
 /* Releases what sl_svc_terminal_open/attach gave (not the attachment). */
 void sl_terminal_clear(struct sl_terminal *t);
 
+/* Ours: a TCP connection to a server listening on `port` inside the
+ * sandbox (the ports route; runtime/ports.c says how each network mode
+ * reaches it): fenced at `generation`, or at the sandbox's current one
+ * when 0 (a browser's requests carry none); its activity counts. The
+ * socket (non-blocking) in *fd is the caller's. 502
+ * SANDBOX_PORT_NOT_LISTENING; 421 SANDBOX_PORT_ON_ANOTHER_WORKER when a
+ * peer owns the sandbox. */
+int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                        unsigned port, int64_t timeout_ms, int *fd, struct sl_error *err);
+
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);

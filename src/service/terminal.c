@@ -1,7 +1,12 @@
-/* Terminals: a login shell on a pseudo-terminal, run as an execution of
+/* Live work beside the sandbox's commands.
+ *
+ * Terminals: a login shell on a pseudo-terminal, run as an execution of
  * its sandbox (exec.c): the same admission, fencing, uid, limits and
  * record as any command, with the terminal's bounds on top. The transport
- * (a WebSocket) is the API's (api/terminal_ws.c). */
+ * (a WebSocket) is the API's (api/terminal_ws.c).
+ *
+ * Ports: a connection to a server in the sandbox, fenced like any call
+ * (api/port_proxy.c carries HTTP and WebSocket over it). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,6 +19,7 @@
 #include "service/internal.h"
 #include "service/outlog.h"
 #include "service/service.h"
+#include "runtime/runtime.h"
 #include "store/store.h"
 
 /* Counting and starting are one step, so two opens at once cannot both
@@ -108,4 +114,43 @@ int sl_svc_terminal_attach(struct sl_service *svc, const char *sandbox_id, int64
 void sl_svc_terminal_touch(struct sl_service *svc, const char *sandbox_id)
 {
     svc_live_touch(svc, sandbox_id);
+}
+
+int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                        unsigned port, int64_t timeout_ms, int *fd, struct sl_error *err)
+{
+    *fd = -1;
+    if (port < 1 || port > 65535)
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "a port is from 1 to 65535");
+    if (generation <= 0) {
+        /* No generation given: the route's current one is the fence. */
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return -1;
+        if (found == 0)
+            return sl_error_set(err, SL_E_STALE_ROUTE, 0,
+                                "this sandbox has no route: resolve it first");
+        generation = r.generation;
+        sl_route_clear(&r);
+    }
+    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0) {
+        if (sl_error_is(err, SL_E_OWNED_ELSEWHERE)) {
+            /* Not relayed through a peer (yet): say where it runs. */
+            char endpoint[sizeof(err->owner.endpoint)];
+            snprintf(endpoint, sizeof(endpoint), "%s", err->owner.endpoint);
+            sl_error_set(err, SL_E_PORT_ELSEWHERE, 0,
+                         "the sandbox runs on worker %s: send port requests to that worker",
+                         endpoint);
+        }
+        return -1;
+    }
+    uid_t uid;
+    if (svc_live_lookup(svc, sandbox_id, generation, &uid, err) < 0)
+        return -1;
+    *fd = sl_rt_sandbox_connect(svc->runtime, uid, (uint16_t)port, timeout_ms, err);
+    if (*fd < 0)
+        return -1;
+    svc_live_touch(svc, sandbox_id);
+    return 0;
 }

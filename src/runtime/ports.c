@@ -1,0 +1,186 @@
+/* A TCP connection to a server listening inside a sandbox (the ports route).
+ *
+ * With a network namespace per sandbox (isolated and private modes) the
+ * socket is made inside the namespace of the sandbox's warm session: the
+ * calling thread enters it for the socket() call only (a socket belongs to
+ * the namespace it was made in), so connect() reaches the sandbox's own
+ * loopback and nothing of the host. In host mode the sandbox shares the
+ * host's network, so the host's loopback is where its servers listen: a
+ * connection is made only to a port whose listening socket belongs to the
+ * sandbox's uid (read from /proc/net/tcp and tcp6), never to another
+ * sandbox's server or a service of the host. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/log.h"
+#include "common/syscalls.h"
+#include "runtime/internal.h"
+#include "runtime/runtime.h"
+
+/* The network namespace of uid's live session (an fd), or -1: none runs. */
+static int session_netns(struct sl_runtime *rt, uid_t uid)
+{
+    int fd = -1;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions && fd < 0; i++) {
+        struct rt_session *s = rt->sessions[i];
+        if (s->uid != uid || s->dead || s->pidfd < 0)
+            continue;
+        char path[64];
+        snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)s->pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        /* The pid is the session's only while its pidfd says it lives:
+         * checked after the open, so a recycled pid is never entered. */
+        if (fd >= 0 && sl_pidfd_send_signal(s->pidfd, 0) < 0) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return fd;
+}
+
+/* A TCP socket made inside netns (the calling thread goes there and back). */
+static int socket_in(int netns, int family, struct sl_error *err)
+{
+    int home = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (home < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot open this thread's network namespace");
+    if (setns(netns, CLONE_NEWNET) < 0) {
+        int e = errno;
+        close(home);
+        errno = e;
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot enter the sandbox's network namespace");
+    }
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int e = errno;
+    if (setns(home, CLONE_NEWNET) < 0) {
+        /* A thread of the daemon left in a sandbox's namespace would make
+         * every later connection of it there: nothing safe to go on with. */
+        sl_errorlog("runtime: cannot return to the daemon's network namespace: %s",
+                    strerror(errno));
+        abort();
+    }
+    close(home);
+    if (fd < 0) {
+        errno = e;
+        return sl_error_errno(err, SL_E_RUNTIME, "cannot make a socket in the sandbox");
+    }
+    return fd;
+}
+
+/* Whether a socket of uid listens on port of the wildcard or loopback
+ * address, by /proc/net/<file> (tcp or tcp6). */
+static bool listens(const char *file, uid_t uid, uint16_t port)
+{
+    char path[32];
+    snprintf(path, sizeof(path), "/proc/net/%s", file);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return false;
+    char line[512];
+    bool found = false;
+    if (!fgets(line, sizeof(line), f)) { /* the header */
+        fclose(f);
+        return false;
+    }
+    while (!found && fgets(line, sizeof(line), f)) {
+        char local[64];
+        unsigned lport, state;
+        unsigned long owner;
+        /* sl  local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid */
+        if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %lu", local, &lport, &state,
+                   &owner) != 4)
+            continue;
+        /* Only a listener on the wildcard or loopback address: one on
+         * another address would leave 127.0.0.1:port free for someone
+         * else's server, which the connection must never reach. */
+        bool reachable = strcmp(local, "00000000") == 0 || strcmp(local, "0100007F") == 0 ||
+                         strcmp(local, "00000000000000000000000000000000") == 0 ||
+                         strcmp(local, "00000000000000000000000001000000") == 0 ||
+                         strcmp(local, "0000000000000000FFFF00000100007F") == 0;
+        found =
+            state == 0x0A /* LISTEN */ && lport == port && owner == (unsigned long)uid && reachable;
+    }
+    fclose(f);
+    return found;
+}
+
+static int connect_within(int fd, const struct sockaddr *sa, socklen_t len, int64_t timeout_ms,
+                          uint16_t port, struct sl_error *err)
+{
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, sa, len) == 0)
+        return 0;
+    if (errno != EINPROGRESS)
+        return sl_error_set(err, SL_E_PORT_NOT_LISTENING, errno,
+                            "nothing in the sandbox listens on port %u", (unsigned)port);
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int r;
+    do
+        r = poll(&p, 1, (int)timeout_ms);
+    while (r < 0 && errno == EINTR);
+    int soerr = 0;
+    socklen_t sl = sizeof(soerr);
+    if (r <= 0)
+        return sl_error_set(err, SL_E_PORT_NOT_LISTENING, ETIMEDOUT,
+                            "the server on port %u did not accept the connection in time",
+                            (unsigned)port);
+    if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) < 0 || soerr)
+        return sl_error_set(err, SL_E_PORT_NOT_LISTENING, soerr,
+                            "nothing in the sandbox listens on port %u", (unsigned)port);
+    return 0;
+}
+
+int sl_rt_sandbox_connect(struct sl_runtime *rt, uid_t uid, uint16_t port, int64_t timeout_ms,
+                          struct sl_error *err)
+{
+    struct sockaddr_in v4 = {
+        .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_in6 v6 = {
+        .sin6_family = AF_INET6, .sin6_port = htons(port), .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    int fd;
+    const struct sockaddr *sa = (const struct sockaddr *)&v4;
+    socklen_t salen = sizeof(v4);
+    if (rt->net_ns) {
+        int netns = session_netns(rt, uid);
+        if (netns < 0)
+            return sl_error_set(err, SL_E_PORT_NOT_LISTENING, 0,
+                                "nothing in the sandbox listens on port %u: it runs nothing "
+                                "now (start the server with a background command)",
+                                (unsigned)port);
+        fd = socket_in(netns, AF_INET, err);
+        close(netns);
+    } else {
+        /* Host mode: the sandbox's own listener, or no connection. */
+        bool on4 = listens("tcp", uid, port), on6 = !on4 && listens("tcp6", uid, port);
+        if (!on4 && !on6)
+            return sl_error_set(err, SL_E_PORT_NOT_LISTENING, 0,
+                                "nothing in the sandbox listens on port %u", (unsigned)port);
+        if (on6) {
+            sa = (const struct sockaddr *)&v6;
+            salen = sizeof(v6);
+        }
+        fd = socket(on6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0)
+            sl_error_errno(err, SL_E_RUNTIME, "cannot make a socket");
+    }
+    if (fd < 0)
+        return -1;
+    if (connect_within(fd, sa, salen, timeout_ms, port, err) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
