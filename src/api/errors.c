@@ -93,8 +93,8 @@ static const struct code_status TABLE[] = {
     {SL_E_PORT_NOT_LISTENING, 502, "nothing in the sandbox listens on this port"},
     {SL_E_PORT_BAD_GATEWAY, 502,
      "the server in the sandbox did not answer with HTTP within the limits (SANDBOX_PORT_TIMEOUT_SECONDS, SANDBOX_PORT_MAX_BODY_BYTES)"},
-    {SL_E_PORT_ELSEWHERE, 421,
-     "the sandbox runs on another worker: send port requests to that worker (its endpoint is in the sandbox's route)"},
+    {SL_E_ON_ANOTHER_WORKER, 421,
+     "the sandbox runs on another worker, and this connection is not relayed there: connect to that worker (its endpoint is in the sandbox's route)"},
     {SL_E_UPGRADE_REQUIRED, 426,
      "this route speaks WebSocket: send the upgrade request (Connection: Upgrade, Upgrade: "
      "websocket, Sec-WebSocket-Version: 13, Sec-WebSocket-Key)"},

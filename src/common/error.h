@@ -69,7 +69,7 @@
 #define SL_E_UPGRADE_REQUIRED "SANDBOX_UPGRADE_REQUIRED" /* 426, ours: a WebSocket route */
 #define SL_E_PORT_NOT_LISTENING "SANDBOX_PORT_NOT_LISTENING" /* 502, ours: ports route */
 #define SL_E_PORT_BAD_GATEWAY "SANDBOX_PORT_BAD_ANSWER" /* 502, ours: not HTTP, or too large */
-#define SL_E_PORT_ELSEWHERE "SANDBOX_PORT_ON_ANOTHER_WORKER" /* 421, ours: fleet */
+#define SL_E_ON_ANOTHER_WORKER "SANDBOX_ON_ANOTHER_WORKER" /* 421, ours: terminal, ports */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
 struct sl_error_owner {

@@ -238,7 +238,7 @@ void sl_terminal_clear(struct sl_terminal *t);
  * reaches it): fenced at `generation`, or at the sandbox's current one
  * when 0 (a browser's requests carry none); its activity counts. The
  * socket (non-blocking) in *fd is the caller's. 502
- * SANDBOX_PORT_NOT_LISTENING; 421 SANDBOX_PORT_ON_ANOTHER_WORKER when a
+ * SANDBOX_PORT_NOT_LISTENING; 421 SANDBOX_ON_ANOTHER_WORKER when a
  * peer owns the sandbox. */
 int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                         unsigned port, int64_t timeout_ms, int *fd, struct sl_error *err);

@@ -33,6 +33,23 @@ static const char *login_shell(void)
     return access("/bin/bash", X_OK) == 0 ? "/bin/bash" : "/bin/sh";
 }
 
+/* The fence of a long-lived connection (a terminal, a port): a sandbox a
+ * peer owns is refused with where it runs, since these connections are not
+ * relayed through a peer (an exec or a file call is). */
+static int live_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                      struct sl_error *err)
+{
+    if (svc_owner_fence(svc, sandbox_id, generation, err) == 0)
+        return 0;
+    if (sl_error_is(err, SL_E_OWNED_ELSEWHERE)) {
+        char endpoint[sizeof(err->owner.endpoint)];
+        snprintf(endpoint, sizeof(endpoint), "%s", err->owner.endpoint);
+        sl_error_set(err, SL_E_ON_ANOTHER_WORKER, 0,
+                     "the sandbox runs on the worker at %s: connect there", endpoint);
+    }
+    return -1;
+}
+
 void sl_terminal_clear(struct sl_terminal *t)
 {
     if (t->master >= 0)
@@ -49,7 +66,7 @@ int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t
     const struct sl_config *cfg = svc->cfg;
     out->master = -1;
     out->log = NULL;
-    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+    if (live_fence(svc, sandbox_id, generation, err) < 0)
         return -1;
     char exec_id[40] = "terminal-";
     if (sl_random_hex(exec_id + strlen(exec_id), 12) < 0)
@@ -106,7 +123,7 @@ int sl_svc_terminal_attach(struct sl_service *svc, const char *sandbox_id, int64
 {
     out->master = -1;
     out->log = NULL;
-    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0)
+    if (live_fence(svc, sandbox_id, generation, err) < 0)
         return -1;
     return svc_terminal_take(svc, sandbox_id, exec_id, out, err);
 }
@@ -134,17 +151,8 @@ int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t 
         generation = r.generation;
         sl_route_clear(&r);
     }
-    if (svc_owner_fence(svc, sandbox_id, generation, err) < 0) {
-        if (sl_error_is(err, SL_E_OWNED_ELSEWHERE)) {
-            /* Not relayed through a peer (yet): say where it runs. */
-            char endpoint[sizeof(err->owner.endpoint)];
-            snprintf(endpoint, sizeof(endpoint), "%s", err->owner.endpoint);
-            sl_error_set(err, SL_E_PORT_ELSEWHERE, 0,
-                         "the sandbox runs on worker %s: send port requests to that worker",
-                         endpoint);
-        }
+    if (live_fence(svc, sandbox_id, generation, err) < 0)
         return -1;
-    }
     uid_t uid;
     if (svc_live_lookup(svc, sandbox_id, generation, &uid, err) < 0)
         return -1;

@@ -329,3 +329,25 @@ def test_streams_stdin_and_signals_through_a_replica_that_is_not_the_owner(daemo
     r = via.c.post(f"{path}/fw-sleep/signal", json={"signal": "SIGKILL"},
                    params={"generation": via.generation})
     assert r.status == 200 and r.body == {"signalled": True}, r
+
+
+def test_terminals_and_ports_say_which_worker_to_connect_to(daemon_factory):
+    """Terminals and ports are long-lived connections the front does not
+    relay (yet): through a replica that does not own the sandbox they are
+    refused with 421 and the owner's endpoint, never a confusing 404."""
+    ds = fleet(daemon_factory)
+    via, owner, other = owned_elsewhere(ds, "fwt")
+    c = other.client()
+    key = base64.b64encode(b"0123456789abcdef").decode()
+    ws = {"Upgrade": "websocket", "Connection": "Upgrade", "Sec-WebSocket-Version": "13",
+          "Sec-WebSocket-Key": key}
+    r = c.get(f"/api/v1/sandboxes/{via.id}/terminal?generation={via.generation}", headers=ws)
+    assert_error(r, 421, "SANDBOX_ON_ANOTHER_WORKER")
+    endpoint = c.post("/api/v1/sandboxes/resolve", json={
+        "sandbox_id": via.id, "workspace_scope_id": "scope"}).body["worker_endpoint"]
+    assert endpoint and endpoint in r.body["detail"]["message"], (endpoint, r.body)
+    r = c.get(f"/api/v1/sandboxes/{via.id}/ports/8080/")
+    assert_error(r, 421, "SANDBOX_ON_ANOTHER_WORKER")
+    # On the owner both are there.
+    r = owner.client().get(f"/api/v1/sandboxes/{via.id}/ports/8080/")
+    assert_error(r, 502, "SANDBOX_PORT_NOT_LISTENING")

@@ -33,6 +33,12 @@ CHROMIUM = Path("/usr/bin/chromium")
 APT_TIMEOUT = 900
 NPM_TIMEOUT = 300
 BROWSER_TIMEOUT = 180
+# The daemons here give their sandboxes the host's network: in the private
+# mode every sandbox session adds (and its end removes) a veth on the host,
+# and Chromium aborts its requests in flight when the host's interfaces
+# change (net::ERR_NETWORK_CHANGED), which failed a run. The console is not
+# about networking; test_network_private.py is.
+CONSOLE_ENV = {"SANDBOX_NETWORK_MODE": "host"}
 
 
 def _tail(text, n=40):
@@ -134,7 +140,7 @@ def drive(node, daemon, mode, shots, **fleet):
 def test_console_token_handling_and_empty_fleet(node, daemon_factory, shots):
     """Token form, a wrong token (401 → message, back to the form), the empty
     fleet's explicit states, sessionStorage only, "forget token"."""
-    d = daemon_factory()
+    d = daemon_factory(CONSOLE_ENV)
     drive(node, d, "empty", shots)
 
 
@@ -142,7 +148,7 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
     """A real sandbox and execution: listed, filtered, output shown as text,
     released through the button (then checked through the REST API); a
     release the API refuses (execution in flight: 409) shows its code."""
-    d = daemon_factory()
+    d = daemon_factory(CONSOLE_ENV)
     c = d.client()
     tag = uuid.uuid4().hex[:12]
     sb = Sandbox(c, f"sbx-console-{tag}", f"scope-console-{tag}")
@@ -206,13 +212,13 @@ def test_console_marks_routes_whose_owner_restarted(node, daemon_factory, shots)
     """After a restart every old route still reads READY, but its owner
     (the worker epoch) is gone: the route says owner_live false (REST and
     the admin list) and the console badges it with what to do."""
-    first = daemon_factory()
+    first = daemon_factory(CONSOLE_ENV)
     tag = uuid.uuid4().hex[:12]
     stale = Sandbox(first.client(), f"sbx-stale-{tag}", "scope")
     assert stale.resolve().status == 200 and stale.connect().status == 200
     assert stale.route().body["owner_live"] is True
     assert first.stop() == 0
-    d = daemon_factory(state_dir=first.state, port=first.port, token=first.token)
+    d = daemon_factory(CONSOLE_ENV, state_dir=first.state, port=first.port, token=first.token)
     c = d.client()
     fresh = Sandbox(c, f"sbx-fresh-{tag}", "scope")
     assert fresh.resolve().status == 200 and fresh.connect().status == 200
@@ -233,7 +239,7 @@ def test_console_terminal_runs_a_shell_in_the_sandbox(node, daemon_factory, shot
     """The console's Terminal tab: xterm.js (compiled in) over the terminal's
     WebSocket, the token as a subprotocol; a command typed in the browser
     runs in the sandbox, and its exit is shown."""
-    d = daemon_factory()
+    d = daemon_factory(CONSOLE_ENV)
     c = d.client()
     tag = uuid.uuid4().hex[:12]
     sb = Sandbox(c, f"sbx-console-term-{tag}", f"scope-console-term-{tag}")

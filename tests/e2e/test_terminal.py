@@ -306,3 +306,32 @@ def test_refusals_are_json_with_their_codes(daemon, ready_sandbox, new_sandbox):
 async def asyncio_sleep(s):
     import asyncio
     await asyncio.sleep(s)
+
+
+def test_a_browser_sends_its_token_as_a_subprotocol(daemon, ready_sandbox):
+    """A browser's WebSocket cannot set Authorization: the token may come
+    as the subprotocol sandloom.bearer.<token>, beside sandloom.terminal,
+    which is the one answered (the token is never echoed)."""
+    import asyncio
+    import websockets
+    sb = ready_sandbox
+    url = (f"ws://127.0.0.1:{daemon.port}/api/v1/sandboxes/{sb.id}/terminal"
+           f"?generation={sb.generation}")
+
+    async def body():
+        async with websockets.connect(
+                url, subprotocols=["sandloom.terminal", f"sandloom.bearer.{daemon.token}"]) as ws:
+            assert ws.subprotocol == "sandloom.terminal"
+            ready = json.loads(await ws.recv())
+            assert ready["type"] == "ready"
+            await ws.send(b"exit\n")
+        with pytest.raises(websockets.InvalidStatusCode) as refused:
+            await websockets.connect(url, subprotocols=["sandloom.terminal",
+                                                        "sandloom.bearer.wrong-token"])
+        assert refused.value.status_code == 401
+        # Without any token: refused as well.
+        with pytest.raises(websockets.InvalidStatusCode) as refused:
+            await websockets.connect(url, subprotocols=["sandloom.terminal"])
+        assert refused.value.status_code == 401
+
+    run(body())
