@@ -1255,6 +1255,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     st->phase = PH_DISPATCHED;
     st->conn = conn;
     MHD_suspend_connection(conn);
+    if (sl_route_runs_inline(st->route)) {
+        run_handler(st);
+        return MHD_YES;
+    }
     if (sl_pool_submit(http->handlers, run_handler, st) < 0) {
         /* Queue full: answer at once rather than queue without bound. */
         answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");

@@ -138,6 +138,11 @@ struct sl_route_def {
     bool created;
 };
 
+/* Whether a route's handler never blocks (it hands its work to a pool of
+ * its own and defers, as the ports route does): it then runs on the
+ * server's thread, one hand-off fewer. (api/routes.c) */
+bool sl_route_runs_inline(const struct sl_route_def *r);
+
 /* Bodies of small requests (resolve, connect, mkdir ...) stay small. */
 #define SL_ROUTE_DEFAULT_MAX_BODY ((size_t)64 * 1024)
 /* An exec request: 256 argv items and 128 env values of 64 Ki characters. */

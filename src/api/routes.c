@@ -1553,6 +1553,11 @@ static const struct sl_query_param Q_LIST[] = {{"path", "string", true},
      .auth = true, .op_id = op, .summary = "To a server listening in the sandbox",             \
      .max_body = SL_PORT_MAX_REQUEST_BODY, .tenant = true}
 
+bool sl_route_runs_inline(const struct sl_route_def *r)
+{
+    return r->handler == sl_port_proxy_handle;
+}
+
 const struct sl_route_def sl_routes[] = {
     {"GET", "/health", h_health, false, false, "health", "Liveness", NULL, NULL, NULL, 0, false, false, false, false},
     {"GET", "/healthz", h_healthz, false, false, "healthz", "Worker status document", NULL,

@@ -7,11 +7,14 @@
  * loopback and nothing of the host. In host mode the sandbox shares the
  * host's network, so the host's loopback is where its servers listen: a
  * connection is made only to a port whose listening socket belongs to the
- * sandbox's uid (read from /proc/net/tcp and tcp6), never to another
+ * sandbox's uid (asked of the kernel by sock_diag), never to another
  * sandbox's server or a service of the host. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -80,39 +83,63 @@ static int socket_in(int netns, int family, struct sl_error *err)
 }
 
 /* Whether a socket of uid listens on port of the wildcard or loopback
- * address, by /proc/net/<file> (tcp or tcp6). */
-static bool listens(const char *file, uid_t uid, uint16_t port)
+ * address of `family`: the kernel's listening sockets (sock_diag, which
+ * dumps those alone: /proc/net/tcp lists every socket of the host, and
+ * reading it took most of a small proxied request). Only a listener on
+ * the wildcard or loopback address counts: one on another address would
+ * leave 127.0.0.1:port free for someone else's server, which the
+ * connection must never reach. */
+static bool listens(int family, uid_t uid, uint16_t port)
 {
-    char path[32];
-    snprintf(path, sizeof(path), "/proc/net/%s", file);
-    FILE *f = fopen(path, "re");
-    if (!f)
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0)
         return false;
-    char line[512];
-    bool found = false;
-    if (!fgets(line, sizeof(line), f)) { /* the header */
-        fclose(f);
+    struct {
+        struct nlmsghdr nh;
+        struct inet_diag_req_v2 r;
+    } req = {
+        .nh = {.nlmsg_len = sizeof(req),
+               .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+               .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP},
+        .r = {.sdiag_family = (uint8_t)family,
+              .sdiag_protocol = IPPROTO_TCP,
+              .idiag_states = 1u << 10 /* TCP_LISTEN */},
+    };
+    bool found = false, done = false;
+    if (send(nl, &req, sizeof(req), 0) != (ssize_t)sizeof(req)) {
+        close(nl);
         return false;
     }
-    while (!found && fgets(line, sizeof(line), f)) {
-        char local[64];
-        unsigned lport, state;
-        unsigned long owner;
-        /* sl  local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid */
-        if (sscanf(line, " %*d: %63[0-9A-Fa-f]:%x %*s %x %*s %*s %*s %lu", local, &lport, &state,
-                   &owner) != 4)
-            continue;
-        /* Only a listener on the wildcard or loopback address: one on
-         * another address would leave 127.0.0.1:port free for someone
-         * else's server, which the connection must never reach. */
-        bool reachable = strcmp(local, "00000000") == 0 || strcmp(local, "0100007F") == 0 ||
-                         strcmp(local, "00000000000000000000000000000000") == 0 ||
-                         strcmp(local, "00000000000000000000000001000000") == 0 ||
-                         strcmp(local, "0000000000000000FFFF00000100007F") == 0;
-        found =
-            state == 0x0A /* LISTEN */ && lport == port && owner == (unsigned long)uid && reachable;
+    static __thread char buf[32768];
+    while (!done && !found) {
+        ssize_t n = recv(nl, buf, sizeof(buf), 0);
+        if (n <= 0)
+            break;
+        for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n);
+             h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_type == NLMSG_DONE || h->nlmsg_type == NLMSG_ERROR) {
+                done = true;
+                break;
+            }
+            const struct inet_diag_msg *m = NLMSG_DATA(h);
+            if (ntohs(m->id.idiag_sport) != port || m->idiag_uid != uid)
+                continue;
+            const uint32_t *a = m->id.idiag_src;
+            bool any = !a[0] && !a[1] && !a[2] && !a[3];
+            bool loop = family == AF_INET
+                            ? a[0] == htonl(INADDR_LOOPBACK)
+                            : (!a[0] && !a[1] &&
+                               ((!a[2] && a[3] == htonl(1)) ||
+                                (a[2] == htonl(0xffff) && a[3] == htonl(INADDR_LOOPBACK))));
+            if (family == AF_INET)
+                any = !a[0];
+            if (any || loop) {
+                found = true;
+                break;
+            }
+        }
     }
-    fclose(f);
+    close(nl);
     return found;
 }
 
@@ -164,7 +191,7 @@ int sl_rt_sandbox_connect(struct sl_runtime *rt, uid_t uid, uint16_t port, int64
         close(netns);
     } else {
         /* Host mode: the sandbox's own listener, or no connection. */
-        bool on4 = listens("tcp", uid, port), on6 = !on4 && listens("tcp6", uid, port);
+        bool on4 = listens(AF_INET, uid, port), on6 = !on4 && listens(AF_INET6, uid, port);
         if (!on4 && !on6)
             return sl_error_set(err, SL_E_PORT_NOT_LISTENING, 0,
                                 "nothing in the sandbox listens on port %u", (unsigned)port);

@@ -188,6 +188,9 @@ int svc_live_register(struct sl_service *svc, const char *sandbox_id, int64_t ge
 bool svc_live_mark_destroying(struct sl_service *svc, const char *sandbox_id);
 void svc_live_remove(struct sl_service *svc, const char *sandbox_id);
 void svc_live_touch(struct sl_service *svc, const char *sandbox_id);
+/* Live here (not being destroyed): its generation and uid; -1 when not. */
+int svc_live_current(struct sl_service *svc, const char *sandbox_id, int64_t *generation,
+                     uid_t *uid);
 /* A directory listing reads a whole directory (however large) on a handler
  * thread: one sandbox may run only this many at once, so it cannot take
  * the handler pool from everyone else. enter: 0, or -1 with

@@ -945,6 +945,20 @@ int svc_live_lookup(struct sl_service *svc, const char *sandbox_id, int64_t gene
     return rc;
 }
 
+int svc_live_current(struct sl_service *svc, const char *sandbox_id, int64_t *generation,
+                     uid_t *uid)
+{
+    pthread_mutex_lock(&svc->live_lock);
+    struct sl_live *l = live_find(svc, sandbox_id);
+    bool here = l && !l->destroying;
+    if (here) {
+        *generation = l->generation;
+        *uid = l->uid;
+    }
+    pthread_mutex_unlock(&svc->live_lock);
+    return here ? 0 : -1;
+}
+
 void svc_live_touch(struct sl_service *svc, const char *sandbox_id)
 {
     pthread_mutex_lock(&svc->live_lock);

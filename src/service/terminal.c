@@ -139,6 +139,14 @@ int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t 
     *fd = -1;
     if (port < 1 || port > 65535)
         return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "a port is from 1 to 65535");
+    uid_t uid;
+    int64_t live_gen = 0;
+    bool live = svc_live_current(svc, sandbox_id, &live_gen, &uid) == 0;
+    /* Live here at the generation asked (or, none asked, at all): the live
+     * table is this worker's word, as an exec's admission takes it; a
+     * suspend or release takes the sandbox out of it first. */
+    if (live && (generation <= 0 || generation == live_gen))
+        goto connect;
     if (generation <= 0) {
         /* No generation given: the route's current one is the fence. */
         struct sl_route r = {0};
@@ -153,9 +161,9 @@ int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t 
     }
     if (live_fence(svc, sandbox_id, generation, err) < 0)
         return -1;
-    uid_t uid;
     if (svc_live_lookup(svc, sandbox_id, generation, &uid, err) < 0)
         return -1;
+connect:
     *fd = sl_rt_sandbox_connect(svc->runtime, uid, (uint16_t)port, timeout_ms, err);
     if (*fd < 0)
         return -1;
