@@ -13,7 +13,8 @@ SQLite, a uid range of its own; stopped and removed on the way out).
      wc -c`) and the command run in the sandbox into its own pipe (`… | wc
      -c`, synchronous): MiB/s, the ratio to the host pipe (goal >= 50%), and
      what was delivered (the end event's stdout_skipped: a reader that
-     falls behind pauses the command instead, so it should be 0).
+     falls behind pauses the command instead, so it should be 0); then the
+     raw form (?format=raw: one stream's bytes, no events) the same way.
   3. 1000 open streams: STREAMS streams (on sleeping background commands,
      PER_SANDBOX per sandbox) opened by raw sockets; the daemon's VmRSS and
      thread count before and after: KiB per stream (goal <= 64 KiB) and
@@ -176,6 +177,26 @@ def streamed(d, sid, gen, size):
     return elapsed, end["stdout_bytes"], end["stdout_skipped"]
 
 
+def raw_streamed(d, sid, gen, size):
+    """The raw form (?format=raw) of the same output, read by curl from its
+    first byte: the command waits half a second, so the reader is attached
+    (and holds it back) before any output comes. MiB/s from curl's first
+    byte to its last."""
+    eid = "raw-" + uuid.uuid4().hex[:8]
+    d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
+           exec_body(gen, ["sh", "-c", f"sleep 0.5; yes | head -c {size}"], background=True,
+                     timeout_seconds=600) | {"exec_id": eid})
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w",
+                          "%{size_download} %{time_starttransfer} %{time_total}",
+                          "-H", "Authorization: Bearer " + TOKEN,
+                          f"http://127.0.0.1:{d.port}/api/v1/sandboxes/{sid}/exec/{eid}/stream"
+                          f"?generation={gen}&format=raw"], capture_output=True, text=True).stdout
+    got, first, total = out.split()
+    if int(got) != size:
+        sys.exit(f"stream_bench: the raw stream carried {got} bytes, not {size}")
+    return float(total) - float(first)
+
+
 def sandbox_pipe(d, sid, gen, size):
     t0 = time.perf_counter()
     r = d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
@@ -244,6 +265,7 @@ def main():
         host = [host_pipe(size) for _ in range(3)]
         inbox = [sandbox_pipe(d, sid, gen, size) for _ in range(3)]
         runs = [streamed(d, sid, gen, size) for _ in range(3)]
+        raws = [raw_streamed(d, sid, gen, size) for _ in range(3)]
         mib = size / (1 << 20)
         h = mib / statistics.median(host)
         b = mib / statistics.median(inbox)
@@ -255,6 +277,9 @@ def main():
               f"({s / h * 100:.0f}% of the host pipe, goal >= 50%); "
               f"delivered {delivered / size * 100:.1f}% of the bytes "
               f"(gaps {[r[2] for r in runs]})")
+        rw = mib / statistics.median(raws)
+        print(f"raw form (?format=raw, the bytes as they are, median of 3): {rw:.0f} MiB/s "
+              f"({rw / h * 100:.0f}% of the host pipe, goal >= 50%), every byte delivered")
         rss0, rss1, t0, t1 = open_streams(d, a.streams)
         per = (rss1 - rss0) / a.streams
         print(f"{a.streams} open streams: daemon RSS {rss0 / 1024:.1f} -> {rss1 / 1024:.1f} MiB "

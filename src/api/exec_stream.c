@@ -34,6 +34,9 @@ struct exec_stream {
     char *pending;       /* an encoded event being sent */
     size_t pending_len, pending_pos, pending_cap;
     bool done; /* the end event is out (or being sent) */
+    /* -1: events; 0 or 1: that stream's bytes as they are (the raw form,
+     * application/octet-stream), which no escaping slows */
+    int raw;
     atomic_bool keepalive_due;
     atomic_llong last_send_us;
 };
@@ -252,9 +255,44 @@ static void on_output(struct sl_outlog_waiter *w)
     s->src.wake(s->src.wake_ctx);
 }
 
+/* The raw form: bytes of one stream straight into the connection's buffer.
+ * It has no way to say a gap or the end's status: a gap ends the body early
+ * (fewer bytes than the record's count say so), and the status is the
+ * record's (GET …/exec/{exec_id}). */
+static ssize_t raw_read(struct exec_stream *s, char *buf, size_t max)
+{
+    int i = s->raw;
+    for (;;) {
+        if (s->done)
+            return -1;
+        atomic_store(&s->keepalive_due, false); /* a raw body has no comments */
+        struct sl_outlog_chunk c;
+        int rc = sl_outlog_read(s->log, s->off, i, buf, max, &c);
+        if (rc == 1) {
+            if (c.skipped) {
+                s->done = true;
+                return -1;
+            }
+            s->off[i] = c.offset + c.len;
+            s->reader.moved_us = sl_mono_us();
+            sl_outlog_advance(s->log, &s->reader, s->off);
+            atomic_store(&s->last_send_us, sl_mono_us());
+            if (c.len)
+                return (ssize_t)c.len;
+            continue;
+        }
+        if (rc < 0)
+            return -1;
+        if (sl_outlog_wait(s->log, s->off, &s->waiter))
+            return 0;
+    }
+}
+
 static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
 {
     struct exec_stream *s = (struct exec_stream *)src;
+    if (s->raw >= 0)
+        return raw_read(s, buf, max);
     char chunk[EVENT_BYTES];
     for (;;) {
         if (s->pending_pos < s->pending_len) {
@@ -324,6 +362,7 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
     s->src.read = stream_read;
     s->src.close = stream_close;
     s->waiter.wake = on_output;
+    s->raw = -1;
     s->log = log;
     s->off[0] = off[0];
     s->off[1] = off[1];
@@ -456,4 +495,16 @@ void sl_exec_streams_stop(void)
     pthread_join(reg.ticker, NULL);
     pthread_cond_destroy(&reg.stop_cond);
     reg.started = false;
+}
+
+struct sl_body_source *sl_exec_stream_open_raw(const char *sandbox_id, struct sl_outlog *log,
+                                               int stream, uint64_t offset, struct sl_error *err)
+{
+    /* The other stream is never read: its offset is past anything. */
+    uint64_t off[2] = {UINT64_MAX, UINT64_MAX};
+    off[stream] = offset;
+    struct sl_body_source *src = sl_exec_stream_open(sandbox_id, log, off, err);
+    if (src)
+        ((struct exec_stream *)src)->raw = stream;
+    return src;
 }

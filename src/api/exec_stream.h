@@ -47,6 +47,12 @@ void sl_exec_streams_stop(void);
 struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_outlog *log,
                                            const uint64_t off[2], struct sl_error *err);
 
+/* The raw form (?format=raw): the bytes of one stream (SL_OUT_STDOUT or
+ * SL_OUT_STDERR) from `offset`, as the command wrote them, no events; a
+ * gap ends it early, and the command's status is its record's. */
+struct sl_body_source *sl_exec_stream_open_raw(const char *sandbox_id, struct sl_outlog *log,
+                                               int stream, uint64_t offset, struct sl_error *err);
+
 /* "S:E" or "S" (stderr 0): a Last-Event-ID or ?offset= value. -1 when it
  * is neither. */
 int sl_exec_stream_parse_offset(const char *text, uint64_t off[2]);

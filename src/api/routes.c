@@ -26,6 +26,7 @@
 #include "common/json.h"
 #include "common/util.h"
 #include "net/egress.h"
+#include "service/outlog.h"
 #include "service/service.h"
 #include "service/tenants.h"
 #include "store/store.h"
@@ -757,15 +758,42 @@ static void h_exec_stream(struct sl_request *req, struct sl_response *resp)
     int64_t generation = 0;
     sl_v_query_int(&v, query(req, "generation"), "generation", true, 1, INT64_MAX, 0, &generation);
     uint64_t off[2] = {0, 0};
+    const char *format = query(req, "format"), *which = query(req, "stream");
+    bool raw = format && strcmp(format, "raw") == 0;
+    if (format && !raw && strcmp(format, "events") != 0)
+        sl_v_fail(&v, "format", "must be events (the default) or raw");
+    if (which && strcmp(which, "stdout") != 0 && strcmp(which, "stderr") != 0)
+        sl_v_fail(&v, "stream", "must be stdout or stderr");
+    if (which && !raw)
+        sl_v_fail(&v, "stream", "is for format=raw (events carry both streams)");
+    int64_t raw_from = 0;
+    if (raw)
+        sl_v_query_int(&v, query(req, "offset"), "offset", false, 0, INT64_MAX, 0, &raw_from);
     const char *last = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Last-Event-ID");
     const char *from = last && *last ? last : query(req, "offset");
-    if (from && sl_exec_stream_parse_offset(from, off) < 0)
+    if (!raw && from && sl_exec_stream_parse_offset(from, off) < 0)
         sl_v_fail(&v, last && *last ? "Last-Event-ID" : "offset",
                   "must be <stdout offset>:<stderr offset> (an event id) or one offset");
-    if (!sl_v_ok(&v))
+    if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
-    else
+    } else if (raw) {
+        struct sl_error err = {0};
+        struct sl_outlog *log = NULL;
+        int stream = which && strcmp(which, "stderr") == 0 ? SL_OUT_STDERR : SL_OUT_STDOUT;
+        struct sl_body_source *src = NULL;
+        if (sl_svc_exec_attach(req->svc, req->params[0], req->params[1], generation, &log,
+                               &err) == 0)
+            src = sl_exec_stream_open_raw(req->params[0], log, stream, (uint64_t)raw_from, &err);
+        if (!src) {
+            respond_result(resp, NULL, &err);
+        } else {
+            resp->status = 200;
+            resp->content_type = "application/octet-stream";
+            resp->source = src;
+        }
+    } else {
         respond_stream(req, resp, req->params[1], generation, off);
+    }
     sl_v_free(&v);
 }
 
@@ -1518,7 +1546,8 @@ static const struct sl_query_param Q_WATCH[] = {{"path", "string", true},
                                                 {"recursive", "string", false},
                                                 {NULL, NULL, false}};
 static const struct sl_query_param Q_STREAM[] = {
-    {"generation", "integer", true}, {"offset", "string", false}, {NULL, NULL, false}};
+    {"generation", "integer", true}, {"offset", "string", false}, {"format", "string", false},
+    {"stream", "string", false},     {NULL, NULL, false}};
 static const struct sl_query_param Q_TERMINAL[] = {
     {"generation", "integer", true}, {"cols", "integer", false}, {"rows", "integer", false},
     {"exec_id", "string", false},    {NULL, NULL, false}};

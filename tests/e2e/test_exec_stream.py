@@ -143,6 +143,39 @@ def test_the_offset_query_and_a_finished_command(daemon, ready_sandbox):
     assert [e[0] for e in collect(ev, start=(10, 2))[2]] == ["end"]
 
 
+def test_the_raw_form_is_one_streams_bytes_as_they_are(daemon, ready_sandbox):
+    """?format=raw: no events, the bytes of one stream as the command wrote
+    them (not UTF-8 included), live or finished, from an offset."""
+    sb = ready_sandbox
+    data = bytes(range(256)) * 8 + b"\n\r\x00tail"
+    assert sb.write("/workspace/blob", data).status == 200
+    r = sb.exec(["sh", "-c", "cat /workspace/blob; printf err-bytes >&2"], exec_id="raw-1")
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+
+    def raw(exec_id, **params):
+        got = sb.c.get(stream_path(sb, exec_id, format="raw", **params))
+        assert got.status == 200, got
+        assert got.content_type == "application/octet-stream", got.content_type
+        return got.raw
+
+    assert raw("raw-1") == data
+    assert raw("raw-1", offset=1000) == data[1000:]
+    assert raw("raw-1", stream="stderr") == b"err-bytes"
+    assert raw("raw-1", stream="stderr", offset=4) == b"bytes"
+    # Live: a command that prints for a while, read as it goes.
+    r = sb.exec(["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.3; done"],
+                exec_id="raw-live", background=True)
+    assert r.status == 200, r
+    assert raw("raw-live") == b"line 1\nline 2\nline 3\n"
+    # Bad spellings are named.
+    for params, field in (({"format": "xml"}, "format"), ({"stream": "both"}, "stream"),
+                          ({"offset": "-1"}, "offset")):
+        got = sb.c.get(stream_path(sb, "raw-1", **({"format": "raw"} | params)))
+        assert got.status == 422 and got.body["detail"]["errors"][0]["field"] == field, got
+    got = sb.c.get(stream_path(sb, "raw-1", stream="stdout"))
+    assert got.status == 422, got  # stream= is for the raw form
+
+
 def test_a_background_command_can_be_followed_later(daemon, ready_sandbox):
     sb = ready_sandbox
     r = sb.exec(["sh", "-c", "echo started; sleep 2; echo finished"], exec_id="bg-1",
