@@ -1165,8 +1165,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->http = http;
         st->start_us = sl_mono_us();
         snprintf(st->method, sizeof(st->method), "%s", method);
+        /* The ports route's host-based form: "<port>-<id>.<domain>/x" is
+         * that sandbox's port, as /api/v1/sandboxes/<id>/ports/<port>/x. */
+        char *by_host = NULL;
+        if (http->cfg->ports_domain && http->cfg->ports_domain[0])
+            by_host = sl_port_host_path(
+                http->cfg->ports_domain,
+                MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST), url);
+        if (by_host)
+            url = by_host;
         st->pathbuf = strdup(url);
         st->path = strdup(url);
+        free(by_host);
+        url = st->path;
         if (!st->pathbuf || !st->path)
             return MHD_NO;
         /* Request smuggling: two Content-Length headers (libmicrohttpd

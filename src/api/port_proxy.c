@@ -859,3 +859,33 @@ void sl_ports_stop(void)
     close(ports.wake_fd);
     ports.epfd = ports.wake_fd = -1;
 }
+
+char *sl_port_host_path(const char *domain, const char *host, const char *url)
+{
+    if (!domain || !*domain || !host || !url || url[0] != '/')
+        return NULL;
+    size_t hlen = strcspn(host, ":"); /* without the port */
+    size_t dlen = strlen(domain);
+    if (hlen <= dlen + 1 || host[hlen - dlen - 1] != '.' ||
+        strncasecmp(host + hlen - dlen, domain, dlen) != 0)
+        return NULL;
+    size_t llen = hlen - dlen - 1; /* "<port>-<id>" */
+    const char *label = host;
+    size_t digits = 0;
+    while (digits < llen && label[digits] >= '0' && label[digits] <= '9')
+        digits++;
+    if (!digits || digits > 5 || digits + 1 >= llen || label[digits] != '-')
+        return NULL;
+    const char *id = label + digits + 1;
+    size_t idlen = llen - digits - 1;
+    for (size_t i = 0; i < idlen; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'))
+            return NULL; /* a DNS label: also no dot, so one level only */
+    }
+    char *path = NULL;
+    if (asprintf(&path, "/api/v1/sandboxes/%.*s/ports/%.*s%s", (int)idlen, id, (int)digits, label,
+                 url) < 0)
+        return NULL;
+    return path;
+}

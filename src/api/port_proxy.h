@@ -28,6 +28,11 @@ void sl_ports_stop(void);
  * port, path). */
 void sl_port_proxy_handle(struct sl_request *req, struct sl_response *resp);
 
+/* The host-based form (SANDBOX_PORTS_DOMAIN): the path a request for
+ * `url` to Host "<port>-<sandbox_id>.<domain>[:p]" stands for, malloc'd,
+ * or NULL when the host is not of that form. */
+char *sl_port_host_path(const char *domain, const char *host, const char *url);
+
 /* The largest request body the route takes. */
 #define SL_PORT_MAX_REQUEST_BODY ((size_t)32 * 1024 * 1024)
 

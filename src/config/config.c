@@ -249,6 +249,7 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_TERMINAL_IDLE_SECONDS", terminal_idle_seconds, "300", 0, 86400),
     V_INT("SANDBOX_TERMINAL_MAX_SECONDS", terminal_max_seconds, "86400", 1, 604800),
     V_INT("SANDBOX_TERMINAL_REPLAY_BYTES", terminal_replay_bytes, "65536", 0, 1048576),
+    V_STR("SANDBOX_PORTS_DOMAIN", ports_domain, "", 0),
     V_INT("SANDBOX_PORT_TIMEOUT_SECONDS", port_timeout_seconds, "60", 1, 3600),
     V_INT("SANDBOX_PORT_MAX_BODY_BYTES", port_max_body_bytes, "33554432", 1024, 1073741824LL),
     V_INT("SANDBOX_MAX_FILE_API_BYTES", max_file_api_bytes, "33554432", 1, NOLIM),

@@ -96,6 +96,7 @@ struct sl_config {
     int64_t max_terminals_per_sandbox, max_terminals, terminal_idle_seconds;
     int64_t terminal_max_seconds, terminal_replay_bytes;
     int64_t port_timeout_seconds, port_max_body_bytes;
+    char *ports_domain; /* "": no host-based form of the ports route */
     int64_t max_file_api_bytes;
     int64_t max_list_entries;
     int64_t auth_failures_per_minute;

@@ -66,7 +66,8 @@ asyncio.run(main())
 def daemon(request, sandloomd_binary):
     d = Daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": request.param,
                                   "SANDBOX_PORT_TIMEOUT_SECONDS": "3",
-                                  "SANDBOX_PORT_MAX_BODY_BYTES": str(1 << 20)}).spawn()
+                                  "SANDBOX_PORT_MAX_BODY_BYTES": str(1 << 20),
+                                  "SANDBOX_PORTS_DOMAIN": "ports.test"}).spawn()
     d.mode = request.param
     try:
         d.wait_healthy()
@@ -148,6 +149,27 @@ def test_the_root_with_and_without_a_slash_and_every_method(daemon, served):
     assert status == 200 and data == b""
     status, _, _ = request(daemon, "GET", base(served) + "/status/404")
     assert status == 404
+
+
+def test_the_host_based_form_puts_the_app_at_the_root(daemon, served):
+    """SANDBOX_PORTS_DOMAIN: Host <port>-<id>.<domain> is that port of that
+    sandbox, the path as it is (an app that must live at /)."""
+    host = f"{PORT}-{served.id}.ports.test"
+    for h in (host, host + ":8080", host.upper().replace(served.id.upper(), served.id)):
+        status, headers, data = request(daemon, "GET", "/assets/app.js?v=2", headers={"Host": h})
+        assert status == 200, (h, data)
+        doc = json.loads(data)
+        assert doc["path"] == "/assets/app.js?v=2", doc
+    # Still the API's token, and the API's own paths under other hosts.
+    status, _, _ = request(daemon, "GET", "/", headers={"Host": host}, auth=False)
+    assert status == 401
+    status, _, data = request(daemon, "GET", "/healthz", headers={"Host": "other.test"})
+    assert status == 200 and json.loads(data)["status"] == "ok"
+    # A label that is not <port>-<id> is not the form.
+    for bad in (f"x{PORT}-{served.id}.ports.test", f"{PORT}{served.id}.ports.test",
+                f"{PORT}-{served.id}.a.ports.test"):
+        status, _, data = request(daemon, "GET", "/healthz", headers={"Host": bad})
+        assert status == 200, (bad, data)
 
 
 def test_refusals_are_json_with_their_codes(daemon, served):
