@@ -185,6 +185,12 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
             break
         time.sleep(0.1)
     assert x["termination_reason"] == "CANCELLED_BY_CLIENT", x
+    live = Sandbox(c, f"sbx-console-live-{tag}", f"scope-console-live-{tag}")
+    assert live.resolve().status == 200 and live.connect().status == 200
+    live_exec = f"x-live-{tag}"
+    r = live.exec(["sh", "-c", "for i in $(seq 1 60); do echo live-$i; sleep 0.5; done"],
+                  exec_id=live_exec, background=True)
+    assert r.status == 200 and r.body["status"] == "RUNNING", r
     busy_exec = f"x-busy-{tag}"
     r = busy.exec(["sleep", "120"], exec_id=busy_exec, background=True, timeout_seconds=150)
     assert r.status == 200 and r.body["status"] == "RUNNING", r
@@ -193,7 +199,7 @@ def test_console_sandbox_execution_output_and_release(node, daemon_factory, shot
         drive(node, d, "fleet", shots, SANDBOX_ID=sb.id, SCOPE=sb.scope,
               OTHER_SANDBOX_ID=other.id, OTHER_SCOPE=other.scope, EXEC_ID=exec_id, EXIT_CODE=3,
               MARKER=marker, BUSY_SANDBOX_ID=busy.id, TEMPLATE=template, BIG_EXEC_ID=big_exec,
-              BIG_LEN=big_len, CANCELLED_EXEC_ID=cancelled_exec)
+              BIG_LEN=big_len, CANCELLED_EXEC_ID=cancelled_exec, LIVE_EXEC_ID=live_exec)
     finally:
         c.post(f"{busy.path}/exec/{busy_exec}/cancel?generation={busy.generation}")
 

@@ -13,7 +13,8 @@
 //                     EXEC_ID, EXIT_CODE, MARKER (printed by the execution
 //                     on stdout, "stderr-" + MARKER on stderr), BUSY_SANDBOX_ID
 //                     (a sandbox with an execution in flight: release is
-//                     refused with 409)
+//                     refused with 409), LIVE_EXEC_ID (running, printing
+//                     live-1, live-2, ... every half second)
 //                     "terminal": TERMINAL_SANDBOX_ID is live: its Terminal
 //                     button opens a shell (xterm.js over a WebSocket); a
 //                     command typed there shows its output, writes
@@ -208,6 +209,19 @@ async function fleet(page) {
     check(times.length === 2 && times.every(t => / UTC$/.test(t.trim())), `times: ${JSON.stringify(times)}`);
     await waitText(page, '#status', ' UTC');
   });
+  const liveRow = `#ex-body tr[data-exec-id="${need('LIVE_EXEC_ID')}"]`;
+  await step('a running execution\'s output grows while it is open', async () => {
+    await waitText(page, liveRow, 'RUNNING');
+    await page.locator(liveRow).click();
+    await waitText(page, '#output-meta', 'following');
+    await waitText(page, '#output-stdout', 'live-2');
+    const before = (await page.locator('#output-stdout').textContent()).length;
+    await waitText(page, '#output-stdout', 'live-6');
+    const after = (await page.locator('#output-stdout').textContent()).length;
+    check(after > before, `the output did not grow (${before} -> ${after})`);
+    await page.locator('#output-close').click();
+    await page.locator('#output').waitFor({ state: 'hidden', timeout: TIMEOUT });
+  });
   const bigRow = `#ex-body tr[data-exec-id="${need('BIG_EXEC_ID')}"]`;
   await step('a large output shows its beginning at once, all of it on request', async () => {
     await page.locator(bigRow).click();
@@ -322,7 +336,11 @@ async function main() {
       problems.push(`console error: ${m.text()}`);
     });
     page.on('pageerror', e => problems.push(`uncaught page error: ${e.message}`));
-    page.on('requestfailed', r => problems.push(`request failed: ${r.method()} ${r.url()} ${r.failure()?.errorText}`));
+    page.on('requestfailed', r => {
+      // Closing a followed output aborts its stream on purpose.
+      if (r.failure()?.errorText === 'net::ERR_ABORTED' && r.url().includes('/stream?')) return;
+      problems.push(`request failed: ${r.method()} ${r.url()} ${r.failure()?.errorText}`);
+    });
     page.on('request', r => {
       requests++;
       const u = new URL(r.url());
