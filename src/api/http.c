@@ -534,8 +534,11 @@ static bool tenant_namespace(struct conn_state *st)
 
 static void answer(struct conn_state *st, struct sl_response *resp)
 {
-    tenant_view_of(st, resp);
-    add_warnings(st, resp);
+    /* A proxied answer (the ports route) is the server's, as it gave it. */
+    if (!resp->headers) {
+        tenant_view_of(st, resp);
+        add_warnings(st, resp);
+    }
     st->resp = *resp;
     resp->body = NULL;
     st->phase = PH_READY;

@@ -9,10 +9,12 @@
  * and the daemon never holds more than two buffers per connection. */
 #include "api/port_proxy.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -132,7 +134,7 @@ static enum MHD_Result take_header(void *cls, enum MHD_ValueKind kind, const cha
         return MHD_YES;
     if (strchr(value, '\r') || strchr(value, '\n'))
         return MHD_YES;
-    if (j->websocket && strcasecmp(key, "Sec-WebSocket-Protocol") == 0) {
+    if (strcasecmp(key, "Sec-WebSocket-Protocol") == 0) {
         /* Without our token among the offered ones. */
         char kept[1024] = "";
         char copy[1024];
@@ -166,8 +168,9 @@ static void put_escaped(struct sl_buf *b, const char *s, bool path)
 {
     static const char hex[] = "0123456789ABCDEF";
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        /* '+' is escaped: in a query it would read as a space. */
         bool keep = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
-                    (*p >= '0' && *p <= '9') || strchr("-._~!$'()*+,;:@", *p) ||
+                    (*p >= '0' && *p <= '9') || strchr("-._~!$'()*,;:@", *p) ||
                     (path && (*p == '/' || *p == '=' || *p == '&'));
         if (keep) {
             sl_buf_append(b, (const char *)p, 1);
@@ -297,8 +300,14 @@ static void respond_err(struct port_job *j, const struct sl_error *err)
 static pthread_key_t curl_key;
 static pthread_once_t curl_key_once = PTHREAD_ONCE_INIT;
 
-static void curl_key_free(void *h) { curl_easy_cleanup(h); }
-static void curl_key_make(void) { (void)pthread_key_create(&curl_key, curl_key_free); }
+static void curl_key_free(void *h)
+{
+    curl_easy_cleanup(h);
+}
+static void curl_key_make(void)
+{
+    (void)pthread_key_create(&curl_key, curl_key_free);
+}
 
 static CURL *thread_curl(void)
 {
@@ -348,6 +357,7 @@ static void run_http(struct port_job *j, int fd)
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never the daemon's http_proxy */
         curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
         curl_easy_setopt(h, CURLOPT_OPENSOCKETFUNCTION, open_given);
         curl_easy_setopt(h, CURLOPT_OPENSOCKETDATA, &g);
@@ -542,7 +552,10 @@ static void *relay_main(void *arg)
                 continue;
             }
             struct pipe *p = ((struct pipe_tag *)evs[i].data.ptr)->p;
-            if (!pipe_step(p)) {
+            /* A side that reset or hung up is read to its end (recv says
+             * so); one that errs while its buffer waits would wake the
+             * thread for ever: the relay ends. */
+            if ((evs[i].events & EPOLLERR) || !pipe_step(p)) {
                 remove_pipe(p);
                 for (int k = i + 1; k < n; k++)
                     if (evs[k].data.ptr && ((struct pipe_tag *)evs[k].data.ptr)->p == p)
@@ -785,6 +798,21 @@ void sl_port_proxy_handle(struct sl_request *req, struct sl_response *resp)
     sl_buf_init(&j->head, 256 * 1024);
     MHD_get_connection_values(req->conn, MHD_HEADER_KIND, take_header, j);
     /* Where the request came from and under which prefix the app lives. */
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    char ip[64] = "";
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, ip, sizeof(ip));
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, ip, sizeof(ip));
+    }
+    if (ip[0]) {
+        char xff[96];
+        int xl = snprintf(xff, sizeof(xff), "X-Forwarded-For: %s\r\n", ip);
+        sl_buf_append(&j->head, xff, (size_t)xl);
+    }
     const char *host = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "Host");
     char line[512];
     int l = snprintf(line, sizeof(line),

@@ -39,6 +39,7 @@
 #include "service/service.h"
 
 #define OUT_HIGH ((size_t)256 * 1024)
+#define OUT_LIMIT (4 * OUT_HIGH) /* past it a client that does not read is let go */
 #define INPUT_MAX ((size_t)64 * 1024)
 #define FRAME_MAX ((size_t)64 * 1024)
 #define READ_CHUNK ((size_t)32 * 1024)
@@ -142,6 +143,10 @@ static int queue_frame(struct term_client *c, int opcode, const void *data, size
         return 0;
     if (c->out_pos && c->out_pos == c->out_len)
         c->out_pos = c->out_len = 0;
+    /* Answers the client does not read (pongs, errors) beyond what the
+     * output may hold: it goes. */
+    if (c->out_len - c->out_pos > OUT_LIMIT && opcode != SL_WS_CLOSE)
+        return -1;
     unsigned char hdr[10];
     size_t hlen = sl_ws_header(hdr, opcode, len);
     size_t need = c->out_len + hlen + len;
@@ -194,12 +199,21 @@ static size_t out_pending(const struct term_client *c)
 
 /* ---- epoll interest ---- */
 
+/* Whether the client's socket is read now. */
+static bool reading(const struct term_client *c)
+{
+    return c->input_len < INPUT_MAX / 2 && out_pending(c) < OUT_HIGH && !c->closing;
+}
+
 static void set_interest(struct term_client *c)
 {
     bool out = out_pending(c) > 0;
-    /* Input waiting for the terminal: the socket is not read meanwhile. */
-    bool in = c->input_len < INPUT_MAX / 2 && !c->closing;
-    struct epoll_event ev = {.events = (in ? EPOLLIN : 0) | (out ? EPOLLOUT : 0) | EPOLLRDHUP,
+    /* Input waiting for the terminal, or answers waiting for the client:
+     * the socket is not read meanwhile (its TCP window pushes back). Its
+     * half-close is asked for only while it is read (level-triggered, it
+     * would wake the thread for ever). */
+    bool in = reading(c);
+    struct epoll_event ev = {.events = (in ? EPOLLIN | EPOLLRDHUP : 0) | (out ? EPOLLOUT : 0),
                              .data.ptr = &c->tags[0]};
     (void)epoll_ctl(relay.epfd, EPOLL_CTL_MOD, c->fd, &ev);
     bool want_master = c->input_len > 0;
@@ -365,36 +379,53 @@ static bool on_frame(struct term_client *c, const struct sl_ws_frame *f)
     }
 }
 
+/* Take the whole frames c->in holds, as long as the terminal has room for
+ * what a frame types (a frame that does not fit waits in c->in: its input
+ * is never dropped). false: the connection ends. */
+static bool take_frames(struct term_client *c)
+{
+    size_t at = 0;
+    bool ok = true;
+    while (ok && !c->closing) {
+        size_t payload = 0;
+        ssize_t whole = sl_ws_frame_size(c->in + at, c->in_len - at, &payload);
+        if (whole == 0)
+            break;
+        if (whole > 0 && payload > INPUT_MAX - c->input_len && (c->in[at] & 0x0f) != SL_WS_PING &&
+            (c->in[at] & 0x0f) != SL_WS_PONG && (c->in[at] & 0x0f) != SL_WS_CLOSE)
+            break; /* the terminal reads on first */
+        struct sl_ws_frame f;
+        ssize_t used = sl_ws_parse(c->in + at, c->in_len - at, FRAME_MAX, &f);
+        if (used == 0)
+            break;
+        if (used == -2) {
+            queue_close(c, SL_WS_CLOSE_TOO_BIG);
+            break;
+        }
+        if (used < 0) {
+            queue_close(c, SL_WS_CLOSE_PROTOCOL);
+            break;
+        }
+        ok = on_frame(c, &f);
+        at += (size_t)used;
+    }
+    memmove(c->in, c->in + at, c->in_len - at);
+    c->in_len -= at;
+    return ok;
+}
+
 /* Read what the socket has. false: the connection ends. */
 static bool read_socket(struct term_client *c)
 {
-    while (c->input_len < INPUT_MAX / 2 && !c->closing) {
+    while (reading(c) && c->in_len < sizeof(c->in)) {
         ssize_t n = recv(c->fd, c->in + c->in_len, sizeof(c->in) - c->in_len, 0);
         if (n == 0)
             return false;
         if (n < 0)
             return errno == EAGAIN || errno == EINTR;
         c->in_len += (size_t)n;
-        size_t at = 0;
-        for (;;) {
-            struct sl_ws_frame f;
-            ssize_t used = sl_ws_parse(c->in + at, c->in_len - at, FRAME_MAX, &f);
-            if (used == 0)
-                break;
-            if (used == -2) {
-                queue_close(c, SL_WS_CLOSE_TOO_BIG);
-                return true;
-            }
-            if (used < 0) {
-                queue_close(c, SL_WS_CLOSE_PROTOCOL);
-                return true;
-            }
-            if (!on_frame(c, &f))
-                return false;
-            at += (size_t)used;
-        }
-        memmove(c->in, c->in + at, c->in_len - at);
-        c->in_len -= at;
+        if (!take_frames(c))
+            return false;
     }
     return true;
 }
@@ -451,6 +482,11 @@ static bool client_step(struct term_client *c)
         return false;
     if (!write_master(c))
         return false;
+    /* Frames that waited for the terminal's room. */
+    if (c->in_len && !take_frames(c))
+        return false;
+    if (!write_master(c))
+        return false;
     if (!write_socket(c))
         return false;
     if (!c->waiting && out_pending(c) < OUT_HIGH && pump_output(c) < 0)
@@ -477,21 +513,7 @@ static void take_pending(void)
         c->next = relay.clients;
         relay.clients = c;
         /* Anything the client sent with its upgrade is in c->in already. */
-        bool ok = true;
-        if (c->in_len) {
-            size_t at = 0;
-            for (;;) {
-                struct sl_ws_frame f;
-                ssize_t used = sl_ws_parse(c->in + at, c->in_len - at, FRAME_MAX, &f);
-                if (used <= 0)
-                    break;
-                ok = ok && on_frame(c, &f);
-                at += (size_t)used;
-            }
-            memmove(c->in, c->in + at, c->in_len - at);
-            c->in_len -= at;
-        }
-        if (!ok || !client_step(c)) {
+        if (!client_step(c)) {
             relay.clients = c->next;
             client_close(c);
         }
@@ -520,6 +542,14 @@ static void keepalives(int64_t now)
     }
 }
 
+/* Later events of this batch that name c, a client just freed: dropped. */
+static void forget_events(struct epoll_event *evs, int from, int n, const struct term_client *c)
+{
+    for (int k = from; k < n; k++)
+        if (evs[k].data.ptr && ((struct tag *)evs[k].data.ptr)->c == c)
+            evs[k].events = 0;
+}
+
 static void *relay_main(void *arg)
 {
     (void)arg;
@@ -538,8 +568,10 @@ static void *relay_main(void *arg)
                 /* Woken clients (their output came). */
                 for (struct term_client *c = relay.clients, *next; c; c = next) {
                     next = c->next;
-                    if (atomic_load(&c->woken) && !client_step(c))
+                    if (atomic_load(&c->woken) && !client_step(c)) {
                         remove_client(c);
+                        forget_events(evs, i + 1, n, c);
+                    }
                 }
                 continue;
             }
@@ -552,10 +584,7 @@ static void *relay_main(void *arg)
                 ok = false;
             if (!ok || !client_step(c)) {
                 remove_client(c);
-                /* Later events of this batch may name c: drop them. */
-                for (int k = i + 1; k < n; k++)
-                    if (evs[k].data.ptr && ((struct tag *)evs[k].data.ptr)->c == c)
-                        evs[k].events = 0;
+                forget_events(evs, i + 1, n, c);
             }
         }
         keepalives(now);

@@ -77,6 +77,33 @@ ssize_t sl_ws_parse(unsigned char *buf, size_t len, size_t max_payload, struct s
     return (ssize_t)(at + 4 + plen);
 }
 
+ssize_t sl_ws_frame_size(const unsigned char *buf, size_t len, size_t *payload)
+{
+    if (len < 2)
+        return 0;
+    uint64_t plen = buf[1] & 0x7f;
+    size_t at = 2;
+    if (plen == 126) {
+        if (len < 4)
+            return 0;
+        plen = ((uint64_t)buf[2] << 8) | buf[3];
+        at = 4;
+    } else if (plen == 127) {
+        if (len < 10)
+            return 0;
+        plen = 0;
+        for (int i = 0; i < 8; i++)
+            plen = (plen << 8) | buf[2 + i];
+        at = 10;
+    }
+    if (plen > ((uint64_t)1 << 40))
+        return -1;
+    if (buf[1] & 0x80)
+        at += 4;
+    *payload = (size_t)plen;
+    return (ssize_t)(at + plen);
+}
+
 size_t sl_ws_header(unsigned char out[10], int opcode, size_t len)
 {
     out[0] = (unsigned char)(0x80 | (opcode & 0x0f));

@@ -42,6 +42,11 @@ struct sl_ws_frame {
  * or fragmented), -2 a payload over max_payload. */
 ssize_t sl_ws_parse(unsigned char *buf, size_t len, size_t max_payload, struct sl_ws_frame *f);
 
+/* The size of the frame at buf (header and payload) without touching it:
+ * >0 that size, with its payload length in *payload; 0 when its header is
+ * not all there yet; -1 for a length no frame has. */
+ssize_t sl_ws_frame_size(const unsigned char *buf, size_t len, size_t *payload);
+
 /* The header of a server frame (unmasked, final) of len payload bytes
  * into out (at most 10 bytes); returns its size. */
 size_t sl_ws_header(unsigned char out[10], int opcode, size_t len);

@@ -300,7 +300,7 @@ static int on_server_frame(struct ws *w, int opcode, unsigned char *p, size_t le
             return 1; /* the close frame follows */
         }
         if (type && strcmp(type, "error") == 0) {
-            restore_tty();
+            /* Said where the terminal shows it; the session goes on raw. */
             fprintf(stderr, "\r\nsandloom: %s: %s\r\n",
                     json_string_value(json_object_get(msg, "code")),
                     json_string_value(json_object_get(msg, "message")));
@@ -355,9 +355,11 @@ static int relay(struct ws *w, json_t **end)
         if (pf[1].revents & (POLLIN | POLLHUP)) {
             char buf[4096];
             ssize_t n = read(STDIN_FILENO, buf, sizeof(buf));
+            if (n < 0 && (errno == EINTR || errno == EAGAIN))
+                continue;
             if (n > 0 && send_frame(w, 0x2, buf, (size_t)n) < 0)
                 return -1;
-            if (n == 0) {
+            if (n <= 0) {
                 /* Input ended (a pipe): the terminal's end-of-file, so the
                  * shell ends when it has read what came before. */
                 stdin_open = false;
@@ -401,12 +403,14 @@ int cli_shell(struct cli_sandbox *sb, const char *exec_id, json_t **end, struct 
         rc = relay(&w, end);
         restore_tty();
         signal(SIGWINCH, SIG_DFL);
-        if (rc < 0 && !*end)
+        /* Closed without the shell's exit (a broken connection, or the
+         * service going away): the terminal may still run. */
+        if (!*end)
             set_error(e, 0, "CLI_UNREACHABLE",
-                      "the terminal's connection broke; it runs on for a while: sandloom shell "
-                      "NAME --attach %s",
+                      "the terminal's connection ended before its shell did; it runs on for a "
+                      "while: sandloom shell NAME --attach %s",
                       terminal_id);
-        rc = rc < 0 && !*end ? -1 : 0;
+        rc = *end ? 0 : -1;
     }
     if (w.h)
         curl_easy_cleanup(w.h);

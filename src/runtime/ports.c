@@ -126,11 +126,11 @@ static bool listens(int family, uid_t uid, uint16_t port)
                 continue;
             const uint32_t *a = m->id.idiag_src;
             bool any = !a[0] && !a[1] && !a[2] && !a[3];
-            bool loop = family == AF_INET
-                            ? a[0] == htonl(INADDR_LOOPBACK)
-                            : (!a[0] && !a[1] &&
-                               ((!a[2] && a[3] == htonl(1)) ||
-                                (a[2] == htonl(0xffff) && a[3] == htonl(INADDR_LOOPBACK))));
+            /* Not a v4-mapped ::ffff:127.0.0.1: that binds IPv4's port,
+             * so [::1]:port may be someone else's, and ::1 is where the
+             * connection would go. */
+            bool loop = family == AF_INET ? a[0] == htonl(INADDR_LOOPBACK)
+                                          : (!a[0] && !a[1] && !a[2] && a[3] == htonl(1));
             if (family == AF_INET)
                 any = !a[0];
             if (any || loop) {

@@ -216,6 +216,9 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
         *out = NULL;
     if (rt_request_check(req, err) < 0)
         return -1;
+    if (req->tty.on && !session)
+        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
+                            "a terminal needs warm sessions (SANDBOX_SESSION_IDLE_SECONDS > 0)");
     struct sl_rt_exec *x = rt_exec_new(rt, req, done, ctx);
     if (!x)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
@@ -231,11 +234,6 @@ static int rt_exec_start_ns(struct sl_runtime *rt, unsigned ns, bool session,
             return -1;
         }
         x->cg_exec = true;
-    }
-    if (req->tty.on && !session) {
-        sl_rt_exec_put(x);
-        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
-                            "a terminal needs warm sessions (SANDBOX_SESSION_IDLE_SECONDS > 0)");
     }
     int rc = session ? rt_session_launch(rt, req, x, want_cgroup, err)
                      : rt_oneshot_launch(rt, ns, req, x, err);

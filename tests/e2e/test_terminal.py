@@ -335,3 +335,27 @@ def test_a_browser_sends_its_token_as_a_subprotocol(daemon, ready_sandbox):
         assert refused.value.status_code == 401
 
     run(body())
+
+
+def test_a_paste_larger_than_the_terminal_takes_at_once_arrives_whole(daemon, ready_sandbox):
+    """Input the shell is not reading yet waits (in the daemon up to a
+    bound, then in the client's TCP window): none of it is dropped."""
+    sb = ready_sandbox
+    size = 300_000
+
+    async def body():
+        t = await Term.open(daemon, sb)
+        # Raw mode, so no line limit; the reader starts two seconds late.
+        await t.type("stty raw -echo; sleep 2; head -c %d | wc -c\n" % size)
+        chunk = b"x" * 4096
+        sent = 0
+        while sent < size:
+            n = min(len(chunk), size - sent)
+            await t.type(chunk[:n])
+            sent += n
+        await t.until(r"\b%d\b" % size, timeout=60)
+        assert not [m for m in t.messages if m.get("type") == "error"], t.messages
+        await t.type(b"exit\n")
+        await t.close()
+
+    run(body(), timeout=90)
