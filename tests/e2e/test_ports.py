@@ -262,3 +262,37 @@ def test_a_websocket_to_a_plain_http_server_is_refused_clearly(daemon, served):
                                        "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": key})
     assert status == 502, data
     assert json.loads(data)["detail"]["code"] == "SANDBOX_PORT_BAD_ANSWER"
+
+
+class HostService6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+def test_host_mode_never_takes_a_v4_mapped_listener_for_the_hosts_ipv6_loopback(
+        daemon_factory):
+    """Host mode: a sandbox that binds ::ffff:127.0.0.1:P holds IPv4's port
+    only; [::1]:P may be a service of the host, which the route must not
+    reach in the sandbox's name."""
+    d = daemon_factory({"SANDBOX_NETWORK_MODE": "host"})
+    from sandloom_client import Sandbox
+    import uuid
+    sb = Sandbox(d.client(), "v4m-" + uuid.uuid4().hex[:10], "scope-v4m")
+    assert sb.resolve().status == 200 and sb.connect().status == 200
+    srv = HostService6(("::1", 0), HostService)
+    port = srv.server_address[1]
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        code = ("import socket,time; s=socket.socket(socket.AF_INET6); "
+                f"s.bind(('::ffff:127.0.0.1', {port})); s.listen(); print('bound', flush=True); "
+                "time.sleep(30)")
+        r = sb.exec(["sh", "-c", f"nohup python3 -c \"{code}\" > /workspace/b.log 2>&1 &"])
+        assert r.status == 200, r
+        deadline = time.time() + 10
+        while "bound" not in sb.exec(["cat", "/workspace/b.log"]).body["stdout"]:
+            assert time.time() < deadline, sb.exec(["cat", "/workspace/b.log"]).body
+            time.sleep(0.2)
+        status, _, data = request(d, "GET", f"/api/v1/sandboxes/{sb.id}/ports/{port}/")
+        assert status == 502 and b"host-secret" not in data, data
+    finally:
+        srv.shutdown()
+        sb.release()

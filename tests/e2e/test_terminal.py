@@ -341,12 +341,12 @@ def test_a_paste_larger_than_the_terminal_takes_at_once_arrives_whole(daemon, re
     """Input the shell is not reading yet waits (in the daemon up to a
     bound, then in the client's TCP window): none of it is dropped."""
     sb = ready_sandbox
-    size = 300_000
+    size = 1_000_000
 
     async def body():
         t = await Term.open(daemon, sb)
-        # Raw mode, so no line limit; the reader starts two seconds late.
-        await t.type("stty raw -echo; sleep 2; head -c %d | wc -c\n" % size)
+        # Raw mode, so no line limit; the reader starts three seconds late.
+        await t.type("stty raw -echo; sleep 3; head -c %d | wc -c\n" % size)
         chunk = b"x" * 4096
         sent = 0
         while sent < size:
