@@ -519,6 +519,16 @@ static void remove_pipe(struct pipe *p)
     pipe_close(p);
 }
 
+/* The upgraded relays not yet the thread's, taken off the list. */
+static struct pipe *take_pending_pipes(void)
+{
+    pthread_mutex_lock(&ports.lock);
+    struct pipe *q = ports.pending;
+    ports.pending = NULL;
+    pthread_mutex_unlock(&ports.lock);
+    return q;
+}
+
 static void *relay_main(void *arg)
 {
     (void)arg;
@@ -532,10 +542,7 @@ static void *relay_main(void *arg)
             if (!evs[i].data.ptr) {
                 uint64_t v;
                 (void)read(ports.wake_fd, &v, sizeof(v));
-                pthread_mutex_lock(&ports.lock);
-                struct pipe *q = ports.pending;
-                ports.pending = NULL;
-                pthread_mutex_unlock(&ports.lock);
+                struct pipe *q = take_pending_pipes();
                 while (q) {
                     struct pipe *p = q;
                     q = q->pending_next;
@@ -873,12 +880,7 @@ void sl_ports_stop(void)
     atomic_store(&ports.stopping, true);
     relay_wake();
     pthread_join(ports.thread, NULL);
-    pthread_mutex_lock(&ports.lock);
-    struct pipe *q = ports.pending;
-    ports.pending = NULL;
-    pthread_mutex_unlock(&ports.lock);
-    while (q) {
-        struct pipe *p = q;
+    for (struct pipe *q = take_pending_pipes(), *p; (p = q);) {
         q = q->pending_next;
         pipe_close(p);
     }

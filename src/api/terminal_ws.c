@@ -456,6 +456,18 @@ static bool write_master(struct term_client *c)
 
 /* ---- the relay thread ---- */
 
+/* What a client holds besides its connection: its terminal's attachment,
+ * its slot, the list's reference. */
+static void client_release(struct term_client *c)
+{
+    sl_svc_terminal_detach(c->svc, c->sandbox_id, c->t.exec_id);
+    sl_terminal_clear(&c->t);
+    pthread_mutex_lock(&relay.lock);
+    sl_slots_leave(&relay.open, &c->slot);
+    pthread_mutex_unlock(&relay.lock);
+    client_put(c);
+}
+
 static void client_close(struct term_client *c)
 {
     (void)epoll_ctl(relay.epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -464,13 +476,8 @@ static void client_close(struct term_client *c)
     if (c->waiting && sl_outlog_unwait(c->t.log, &c->waiter))
         client_put(c); /* never woken now: the waiter's reference is ours */
     c->waiting = false;
-    sl_svc_terminal_detach(c->svc, c->sandbox_id, c->t.exec_id);
-    sl_terminal_clear(&c->t);
     sl_upgraded_close(c->h);
-    pthread_mutex_lock(&relay.lock);
-    sl_slots_leave(&relay.open, &c->slot);
-    pthread_mutex_unlock(&relay.lock);
-    client_put(c);
+    client_release(c);
 }
 
 /* After any event of c: output, input, interest. false: it ended. */
@@ -670,14 +677,8 @@ static void upgrade_start(struct sl_upgrade *u, int fd, const char *extra, size_
     }
     pthread_mutex_unlock(&relay.lock);
     if (stopping) {
-        c->h = NULL;
         sl_upgraded_close(h);
-        sl_svc_terminal_detach(c->svc, c->sandbox_id, c->t.exec_id);
-        sl_terminal_clear(&c->t);
-        pthread_mutex_lock(&relay.lock);
-        sl_slots_leave(&relay.open, &c->slot);
-        pthread_mutex_unlock(&relay.lock);
-        client_put(c);
+        client_release(c);
         return;
     }
     relay_wake();
@@ -688,12 +689,7 @@ static void upgrade_abandon(struct sl_upgrade *u)
     struct term_upgrade *tu = (struct term_upgrade *)u;
     struct term_client *c = tu->c;
     free(tu);
-    sl_svc_terminal_detach(c->svc, c->sandbox_id, c->t.exec_id);
-    sl_terminal_clear(&c->t);
-    pthread_mutex_lock(&relay.lock);
-    sl_slots_leave(&relay.open, &c->slot);
-    pthread_mutex_unlock(&relay.lock);
-    client_put(c);
+    client_release(c);
 }
 
 struct sl_upgrade *sl_terminal_ws_upgrade(struct sl_service *svc, const char *sandbox_id,

@@ -31,6 +31,31 @@ bool sl_ws_accept(const char *key, char out[29])
     return ok;
 }
 
+/* A frame's payload length (§5.2: 7 bits, or 16 or 64 after them) and
+ * where what follows it starts (the mask, or the payload); false when the
+ * header is not all there yet. */
+static bool payload_length(const unsigned char *buf, size_t len, uint64_t *plen, size_t *at)
+{
+    if (len < 2)
+        return false;
+    *plen = buf[1] & 0x7f;
+    *at = 2;
+    if (*plen == 126) {
+        if (len < 4)
+            return false;
+        *plen = ((uint64_t)buf[2] << 8) | buf[3];
+        *at = 4;
+    } else if (*plen == 127) {
+        if (len < 10)
+            return false;
+        *plen = 0;
+        for (int i = 0; i < 8; i++)
+            *plen = (*plen << 8) | buf[2 + i];
+        *at = 10;
+    }
+    return true;
+}
+
 ssize_t sl_ws_parse(unsigned char *buf, size_t len, size_t max_payload, struct sl_ws_frame *f)
 {
     if (len < 2)
@@ -45,21 +70,10 @@ ssize_t sl_ws_parse(unsigned char *buf, size_t len, size_t max_payload, struct s
     if (opcode != SL_WS_CONT && opcode != SL_WS_TEXT && opcode != SL_WS_BINARY &&
         opcode != SL_WS_CLOSE && opcode != SL_WS_PING && opcode != SL_WS_PONG)
         return -1;
-    uint64_t plen = buf[1] & 0x7f;
-    size_t at = 2;
-    if (plen == 126) {
-        if (len < 4)
-            return 0;
-        plen = ((uint64_t)buf[2] << 8) | buf[3];
-        at = 4;
-    } else if (plen == 127) {
-        if (len < 10)
-            return 0;
-        plen = 0;
-        for (int i = 0; i < 8; i++)
-            plen = (plen << 8) | buf[2 + i];
-        at = 10;
-    }
+    uint64_t plen;
+    size_t at;
+    if (!payload_length(buf, len, &plen, &at))
+        return 0;
     if (control && (plen > 125 || !fin))
         return -1;
     if (plen > max_payload)
@@ -79,23 +93,10 @@ ssize_t sl_ws_parse(unsigned char *buf, size_t len, size_t max_payload, struct s
 
 ssize_t sl_ws_frame_size(const unsigned char *buf, size_t len, size_t *payload)
 {
-    if (len < 2)
+    uint64_t plen;
+    size_t at;
+    if (!payload_length(buf, len, &plen, &at))
         return 0;
-    uint64_t plen = buf[1] & 0x7f;
-    size_t at = 2;
-    if (plen == 126) {
-        if (len < 4)
-            return 0;
-        plen = ((uint64_t)buf[2] << 8) | buf[3];
-        at = 4;
-    } else if (plen == 127) {
-        if (len < 10)
-            return 0;
-        plen = 0;
-        for (int i = 0; i < 8; i++)
-            plen = (plen << 8) | buf[2 + i];
-        at = 10;
-    }
     if (plen > ((uint64_t)1 << 40))
         return -1;
     if (buf[1] & 0x80)
