@@ -35,7 +35,9 @@ import tempfile
 import time
 import uuid
 
-TOKEN = "bench-" + uuid.uuid4().hex + uuid.uuid4().hex
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_daemon import TOKEN, Daemon  # noqa: E402
+
 SERVER_PORT = 18931
 
 SERVER = r'''
@@ -53,80 +55,20 @@ HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_daemon(build, state, mode, uid):
+    return Daemon(build, state, uid, uids=100, SANDBOX_NETWORK_MODE=mode)
 
 
-class Daemon:
-    def __init__(self, build, state, mode, uid):
-        self.port = free_port()
-        env = dict(os.environ, SANDBOX_HOST="127.0.0.1", SANDBOX_PORT=str(self.port),
-                   SANDBOX_ADVERTISE_HOST="127.0.0.1", SANDBOX_LOCAL_ROOT=f"{state}/sandboxes",
-                   SANDBOX_DATABASE_URL=f"sqlite:///{state}/db.sqlite",
-                   SANDBOX_STARTUP_LOG_PATH=f"{state}/startup.log",
-                   SANDBOX_INTERNAL_TOKEN=TOKEN, SANDBOX_UID_START=str(uid),
-                   SANDBOX_UID_END=str(uid + 99), SANDBOX_NETWORK_MODE=mode,
-                   SANDBOX_AUTH_FAILURES_PER_MINUTE="1000000")
-        os.makedirs(state, exist_ok=True)
-        self.p = subprocess.Popen([os.path.join(build, "sandloomd")], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=open(f"{state}/stderr", "w"))
-        deadline = time.time() + 30
-        while True:
-            if self.p.poll() is not None:
-                sys.exit(f"ports_bench: sandloomd exited ({state}/stderr)")
-            try:
-                if self.request("GET", "/health")[1] == b"ok":
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                sys.exit("ports_bench: sandloomd did not come up")
-            time.sleep(0.05)
-
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"Authorization": "Bearer " + TOKEN,
-                               "Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
-
-    def json(self, method, path, body=None):
-        status, raw = self.request(method, path, body)
-        if status not in (200, 201):
-            sys.exit(f"ports_bench: {method} {path}: {status} {raw[:300]!r}")
-        return json.loads(raw)
-
-    def sandbox(self):
-        sid = "pb-" + uuid.uuid4().hex[:12]
-        r = self.json("POST", "/api/v1/sandboxes/resolve",
-                      {"sandbox_id": sid, "workspace_scope_id": "scope-" + sid})
-        self.json("POST", f"/api/v1/sandboxes/{sid}", {"generation": r["generation"]})
-        return sid, r["generation"]
-
-    def exec(self, sid, gen, argv):
-        return self.json("POST", f"/api/v1/sandboxes/{sid}/exec",
-                         {"exec_id": "b-" + uuid.uuid4().hex, "generation": gen, "argv": argv})
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+def run_exec(d, sid, gen, argv):
+    return d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
+                  {"exec_id": "b-" + uuid.uuid4().hex, "generation": gen, "argv": argv})
 
 
 def start_server(d, sid, gen):
     d.json("PUT", f"/api/v1/sandboxes/{sid}/files",
            {"generation": gen, "path": "/workspace/srv.py",
             "content_base64": __import__("base64").b64encode(SERVER.encode()).decode()})
-    d.exec(sid, gen, ["sh", "-c", f"nohup python3 /workspace/srv.py {SERVER_PORT} "
+    run_exec(d, sid, gen, ["sh", "-c", f"nohup python3 /workspace/srv.py {SERVER_PORT} "
                                   f">/dev/null 2>&1 &"])
     path = f"/api/v1/sandboxes/{sid}/ports/{SERVER_PORT}/"
     for _ in range(200):
@@ -208,7 +150,7 @@ def main():
     state = tempfile.mkdtemp(prefix="sandloom-portsbench-")
     os.chmod(state, 0o711)
     build = os.path.abspath(a.build)
-    host = Daemon(build, f"{state}/host", "host", 241000)
+    host = start_daemon(build, f"{state}/host", "host", 241000)
     try:
         sid, gen = host.sandbox()
         path = start_server(host, sid, gen)
@@ -229,14 +171,14 @@ def main():
         execs = []
         for _ in range(min(a.runs, 200)):
             t0 = time.perf_counter()
-            host.exec(sid, gen, ["true"])
+            run_exec(host, sid, gen, ["true"])
             execs.append(time.perf_counter() - t0)
         print(f"terminal keystroke echo (median of {len(strokes)}): "
               f"{statistics.median(strokes) * 1000:.3f} ms, beside a synchronous exec of true "
               f"{statistics.median(execs) * 1000:.3f} ms")
     finally:
         host.stop()
-    priv = Daemon(build, f"{state}/private", "private", 242000)
+    priv = start_daemon(build, f"{state}/private", "private", 242000)
     try:
         sid, gen = priv.sandbox()
         path = start_server(priv, sid, gen)

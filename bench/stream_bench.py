@@ -14,7 +14,8 @@ SQLite, a uid range of its own; stopped and removed on the way out).
      -c`, synchronous): MiB/s, the ratio to the host pipe (goal >= 50%), and
      what was delivered (the end event's stdout_skipped: a reader that
      falls behind pauses the command instead, so it should be 0); then the
-     raw form (?format=raw: one stream's bytes, no events) the same way.
+     raw form (?format=raw: one stream's bytes, no events), timed from the
+     byte on its stdin that starts the command once the reader is attached.
   3. 1000 open streams: STREAMS streams (on sleeping background commands,
      PER_SANDBOX per sandbox) opened by raw sockets; the daemon's VmRSS and
      thread count before and after: KiB per stream (goal <= 64 KiB) and
@@ -38,82 +39,16 @@ import tempfile
 import time
 import uuid
 
-TOKEN = "bench-" + uuid.uuid4().hex + uuid.uuid4().hex
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_daemon import TOKEN, Daemon  # noqa: E402
+
 PER_SANDBOX = 50
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Daemon:
-    def __init__(self, build, state, streams):
-        self.port = free_port()
-        uid = 240000
-        env = dict(os.environ, SANDBOX_HOST="127.0.0.1", SANDBOX_PORT=str(self.port),
-                   SANDBOX_ADVERTISE_HOST="127.0.0.1", SANDBOX_LOCAL_ROOT=f"{state}/sandboxes",
-                   SANDBOX_DATABASE_URL=f"sqlite:///{state}/db.sqlite",
-                   SANDBOX_STARTUP_LOG_PATH=f"{state}/startup.log",
-                   SANDBOX_INTERNAL_TOKEN=TOKEN, SANDBOX_UID_START=str(uid),
-                   SANDBOX_UID_END=str(uid + 999), SANDBOX_NETWORK_MODE="isolated",
-                   SANDBOX_MAX_STREAMS=str(max(2048, streams + 16)),
-                   SANDBOX_MAX_STREAMS_PER_SANDBOX=str(PER_SANDBOX),
-                   SANDBOX_AUTH_FAILURES_PER_MINUTE="1000000")
-        self.p = subprocess.Popen([os.path.join(build, "sandloomd")], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=open(f"{state}/stderr", "w"))
-        deadline = time.time() + 30
-        while True:
-            if self.p.poll() is not None:
-                sys.exit(f"stream_bench: sandloomd exited ({state}/stderr)")
-            try:
-                if self.request("GET", "/health")[1] == b"ok":
-                    break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                sys.exit("stream_bench: sandloomd did not come up")
-            time.sleep(0.05)
-
-    def request(self, method, path, body=None):
-        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
-        try:
-            c.request(method, path, body=json.dumps(body) if body is not None else None,
-                      headers={"Authorization": "Bearer " + TOKEN,
-                               "Content-Type": "application/json"})
-            r = c.getresponse()
-            return r.status, r.read()
-        finally:
-            c.close()
-
-    def json(self, method, path, body=None):
-        status, raw = self.request(method, path, body)
-        if status not in (200, 201):
-            sys.exit(f"stream_bench: {method} {path}: {status} {raw[:300]!r}")
-        return json.loads(raw)
-
-    def sandbox(self):
-        sid = "sb-" + uuid.uuid4().hex[:12]
-        r = self.json("POST", "/api/v1/sandboxes/resolve",
-                      {"sandbox_id": sid, "workspace_scope_id": "scope-" + sid})
-        self.json("POST", f"/api/v1/sandboxes/{sid}", {"generation": r["generation"]})
-        return sid, r["generation"]
-
-    def rss_kib(self):
-        with open(f"/proc/{self.p.pid}/status") as f:
-            return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:"))
-
-    def threads(self):
-        return len(os.listdir(f"/proc/{self.p.pid}/task"))
-
-    def stop(self):
-        self.p.terminate()
-        try:
-            self.p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+def start_daemon(build, state, streams):
+    return Daemon(build, state, 240000, SANDBOX_NETWORK_MODE="isolated",
+                  SANDBOX_MAX_STREAMS=str(max(2048, streams + 16)),
+                  SANDBOX_MAX_STREAMS_PER_SANDBOX=str(PER_SANDBOX))
 
 
 def exec_body(gen, argv, **extra):
@@ -178,23 +113,26 @@ def streamed(d, sid, gen, size):
 
 
 def raw_streamed(d, sid, gen, size):
-    """The raw form (?format=raw) of the same output, read by curl from its
-    first byte: the command waits half a second, so the reader is attached
-    (and holds it back) before any output comes. MiB/s from curl's first
-    byte to its last."""
+    """The raw form (?format=raw) of the same output, read by curl. The
+    command waits for a byte on its stdin, sent once the reader is attached
+    (and holds it back), so the time runs from that byte to curl's last."""
     eid = "raw-" + uuid.uuid4().hex[:8]
     d.json("POST", f"/api/v1/sandboxes/{sid}/exec",
-           exec_body(gen, ["sh", "-c", f"sleep 0.5; yes | head -c {size}"], background=True,
-                     timeout_seconds=600) | {"exec_id": eid})
-    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w",
-                          "%{size_download} %{time_starttransfer} %{time_total}",
-                          "-H", "Authorization: Bearer " + TOKEN,
-                          f"http://127.0.0.1:{d.port}/api/v1/sandboxes/{sid}/exec/{eid}/stream"
-                          f"?generation={gen}&format=raw"], capture_output=True, text=True).stdout
-    got, first, total = out.split()
+           exec_body(gen, ["sh", "-c", f"head -c 1 >/dev/null; yes | head -c {size}"],
+                     background=True, stdin=True, timeout_seconds=600) | {"exec_id": eid})
+    curl = subprocess.Popen(["curl", "-s", "-o", "/dev/null", "-w", "%{size_download}",
+                             "-H", "Authorization: Bearer " + TOKEN,
+                             f"http://127.0.0.1:{d.port}/api/v1/sandboxes/{sid}/exec/{eid}/stream"
+                             f"?generation={gen}&format=raw"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)  # attached by then
+    t0 = time.perf_counter()
+    d.json("POST", f"/api/v1/sandboxes/{sid}/exec/{eid}/stdin?generation={gen}",
+           {"generation": gen, "data": "x", "close": True})
+    got = curl.communicate()[0]
+    elapsed = time.perf_counter() - t0
     if int(got) != size:
         sys.exit(f"stream_bench: the raw stream carried {got} bytes, not {size}")
-    return float(total) - float(first)
+    return elapsed
 
 
 def sandbox_pipe(d, sid, gen, size):
@@ -254,7 +192,7 @@ def main():
         sys.exit("stream_bench: needs curl")
     state = tempfile.mkdtemp(prefix="sandloom-streambench-")
     os.chmod(state, 0o711)
-    d = Daemon(os.path.abspath(a.build), state, a.streams)
+    d = start_daemon(os.path.abspath(a.build), state, a.streams)
     try:
         sid, gen = d.sandbox()
         d.json("POST", f"/api/v1/sandboxes/{sid}/exec", exec_body(gen, ["true"]))  # warm
