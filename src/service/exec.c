@@ -499,10 +499,11 @@ static void on_rt_done(struct sl_rt_exec_result *res, void *ctx)
 static int lock_admitted(struct sl_service *svc, struct svc_exec *x, const char *scope,
                          struct sl_error *err)
 {
-    /* A terminal is a person's shell: it takes no workspace lock, so
-     * neither the sandbox's commands nor its file operations wait for the
-     * person to log out (as they would behind an unscoped command). */
-    if (x->tty)
+    /* A terminal is a person's shell, an E2B process one of many side by
+     * side: they take no workspace lock, so neither the sandbox's commands
+     * nor its file operations wait for them (as they would behind an
+     * unscoped command). */
+    if (x->tty || sl_exec_scope_beside(scope))
         return 0;
     struct sl_error open_err = {0};
     _cleanup_close_ int rootfd = ws_sandbox_open(svc->cfg->workspace_root, x->sandbox_id, &open_err);
@@ -540,7 +541,7 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
         record_failure(&x->rec, "RuntimeError", "SANDBOX_WORKSPACE_LOST");
         return false;
     }
-    if (x->global_fd < 0 && !x->tty &&
+    if (x->global_fd < 0 && !x->tty && !sl_exec_scope_beside(req->exec_scope) &&
         take_exec_locks(rootfd, req->exec_scope, &x->global_fd, &x->scope_fd, &err) < 0) {
         record_failure(&x->rec, "RuntimeError", err.message);
         return false;

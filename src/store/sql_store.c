@@ -878,8 +878,7 @@ static const char *const dormant_statuses[] = {"SUSPENDING", "SUSPENDED", NULL};
  * unscoped. */
 static bool scope_conflicts(const char *want, const char *column, const char *command_json)
 {
-    if ((want && strcmp(want, SL_EXEC_SCOPE_OWN) == 0) ||
-        (column && strcmp(column, SL_EXEC_SCOPE_OWN) == 0))
+    if (sl_exec_scope_beside(want) || sl_exec_scope_beside(column))
         return false;
     if (!want)
         return true;

@@ -53,12 +53,19 @@ void sl_route_clear(struct sl_route *r);
 /* Deep copy; returns -1 on allocation failure. */
 int sl_route_copy(struct sl_route *dst, const struct sl_route *src);
 
-/* The exec_scope of the service's own executions that run beside every
- * other (a terminal's: a person's shell does not serialise with the
- * sandbox's commands): admission finds no conflict with it, and it none
- * with anything. '~' is outside the API's identifier alphabet, so no
- * client's scope can be it. */
+/* The exec_scopes of the service's own executions that run beside every
+ * other: they start with '~', which is outside the API's identifier
+ * alphabet, so no client's scope can be one. A terminal's (a person's
+ * shell does not serialise with the sandbox's commands) and an E2B
+ * process's (E2B runs any number of processes side by side, e2b/): admission
+ * finds no conflict with them, nor they with anything, and they take no
+ * workspace lock. */
 #define SL_EXEC_SCOPE_OWN "~terminal"
+#define SL_EXEC_SCOPE_E2B "~e2b"
+static inline bool sl_exec_scope_beside(const char *scope)
+{
+    return scope && scope[0] == '~';
+}
 
 struct sl_exec_record {
     char *sandbox_id;
