@@ -100,3 +100,16 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_egress_policy (
     PRIMARY KEY (scope_key)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_e2b (
+    sandbox_id VARCHAR(128) NOT NULL,
+    template_id VARCHAR(128) NOT NULL,
+    metadata_json JSON,
+    env_json JSON,
+    on_timeout VARCHAR(16) NOT NULL,
+    started_at DATETIME(6) NOT NULL,
+    end_at DATETIME(6) NOT NULL,
+    updated_at DATETIME(6) NOT NULL,
+    PRIMARY KEY (sandbox_id),
+    INDEX idx_agent_sandbox_e2b_end (end_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci;
+

@@ -95,8 +95,21 @@ CREATE TABLE IF NOT EXISTS agent_sandbox_egress_policy (
     PRIMARY KEY (scope_key)
 );
 
+CREATE TABLE IF NOT EXISTS agent_sandbox_e2b (
+    sandbox_id VARCHAR(128) NOT NULL,
+    template_id VARCHAR(128) NOT NULL,
+    metadata_json JSON,
+    env_json JSON,
+    on_timeout VARCHAR(16) NOT NULL,
+    started_at TIMESTAMP NOT NULL,
+    end_at TIMESTAMP NOT NULL,
+    updated_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (sandbox_id)
+);
+
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_worker_heartbeat ON agent_sandbox_worker (status, heartbeat_at);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_scope ON agent_sandbox_route (workspace_scope_id);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_route_worker ON agent_sandbox_route (worker_id, status);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_exec_status ON agent_sandbox_exec (sandbox_id, status);
 CREATE INDEX IF NOT EXISTS idx_agent_sandbox_api_key_tenant ON agent_sandbox_api_key (tenant_id);
+CREATE INDEX IF NOT EXISTS idx_agent_sandbox_e2b_end ON agent_sandbox_e2b (end_at);

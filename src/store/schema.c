@@ -110,6 +110,22 @@ static const struct sl_schema_column egress_columns[] = {
     COL("updated_at", SL_SCHEMA_DATETIME),
 };
 
+/* Sandboxes made through the E2B protocol (issue 17, e2b/): what E2B's
+ * control plane keeps beside the route. sandbox_id is the route's (a
+ * tenant's is in its namespace); end_at is the lifetime deadline the
+ * service enforces (E2B's timeout), on_timeout what it then does ("kill"
+ * or "pause"); metadata_json and env_json the create's objects. */
+static const struct sl_schema_column e2b_columns[] = {
+    STR("sandbox_id", 128),
+    STR("template_id", 128),
+    COL_NULL("metadata_json", SL_SCHEMA_JSON),
+    COL_NULL("env_json", SL_SCHEMA_JSON),
+    STR("on_timeout", 16),
+    COL("started_at", SL_SCHEMA_DATETIME),
+    COL("end_at", SL_SCHEMA_DATETIME),
+    COL("updated_at", SL_SCHEMA_DATETIME),
+};
+
 const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
     [SL_SCHEMA_WORKER] = {"agent_sandbox_worker", worker_columns, SL_ARRAY_LEN(worker_columns),
                           "worker_id", NULL, NULL},
@@ -123,6 +139,8 @@ const struct sl_schema_table sl_schema_tables[SL_SCHEMA_NTABLES] = {
                            SL_ARRAY_LEN(api_key_columns), "key_id", NULL, NULL, true},
     [SL_SCHEMA_EGRESS] = {"agent_sandbox_egress_policy", egress_columns,
                           SL_ARRAY_LEN(egress_columns), "scope_key", NULL, NULL, true},
+    [SL_SCHEMA_E2B] = {"agent_sandbox_e2b", e2b_columns, SL_ARRAY_LEN(e2b_columns), "sandbox_id",
+                       NULL, NULL, true},
 };
 
 const struct sl_schema_index sl_schema_indexes[] = {
@@ -131,6 +149,7 @@ const struct sl_schema_index sl_schema_indexes[] = {
     {"idx_agent_sandbox_route_worker", "agent_sandbox_route", "worker_id, status"},
     {"idx_agent_sandbox_exec_status", "agent_sandbox_exec", "sandbox_id, status"},
     {"idx_agent_sandbox_api_key_tenant", "agent_sandbox_api_key", "tenant_id"},
+    {"idx_agent_sandbox_e2b_end", "agent_sandbox_e2b", "end_at"},
 };
 const size_t sl_schema_nindexes = SL_ARRAY_LEN(sl_schema_indexes);
 

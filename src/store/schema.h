@@ -67,6 +67,7 @@ enum sl_schema_table_id {
     SL_SCHEMA_TENANT, /* agent_sandbox_tenant (ours, optional) */
     SL_SCHEMA_API_KEY, /* agent_sandbox_api_key (ours, optional) */
     SL_SCHEMA_EGRESS, /* agent_sandbox_egress_policy (ours, optional) */
+    SL_SCHEMA_E2B,    /* agent_sandbox_e2b (ours, optional) */
     SL_SCHEMA_NTABLES
 };
 

@@ -45,6 +45,14 @@
 
 /* Ours (store/schema.c): tenants and their API keys. */
 #define EGRESS_TABLE "agent_sandbox_egress_policy"
+#define E2B_TABLE "agent_sandbox_e2b"
+/* An E2B row with its route's status, generation and owner (e = the E2B
+ * table, r = the route). */
+#define E2B_SELECT                                                                           \
+    "SELECT e.sandbox_id, e.template_id, {JSON_TEXT:e.metadata_json}, "                    \
+    "{JSON_TEXT:e.env_json}, e.on_timeout, e.started_at, e.end_at, e.updated_at, r.status, " \
+    "r.generation, r.worker_id FROM " E2B_TABLE " e JOIN " ROUTE_TABLE                       \
+    " r ON r.sandbox_id = e.sandbox_id"
 #define TENANT_TABLE "agent_sandbox_tenant"
 #define TENANT_COLUMNS "tenant_id, quotas_json, created_by, created_at, updated_at"
 #define KEY_TABLE "agent_sandbox_api_key"
@@ -112,6 +120,11 @@ enum stmt_id {
     ST_EGRESS_UPDATE,
     ST_EGRESS_INSERT,
     ST_EGRESS_DELETE,
+    ST_E2B_INSERT,
+    ST_E2B_GET,
+    ST_E2B_SET_END,
+    ST_E2B_LIST,
+    ST_E2B_DUE,
     ST_COUNT
 };
 _Static_assert(ST_COUNT <= SL_SQL_MAX_STMTS, "raise SL_SQL_MAX_STMTS");
@@ -295,6 +308,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_EGRESS_INSERT] = "INSERT INTO " EGRESS_TABLE " (scope_key, policy_json, updated_by, "
                          "updated_at) VALUES (?1, ?2, ?3, ?4)",
     [ST_EGRESS_DELETE] = "DELETE FROM " EGRESS_TABLE " WHERE scope_key = ?1",
+    [ST_E2B_INSERT] = "INSERT INTO " E2B_TABLE " (sandbox_id, template_id, metadata_json, "
+                      "env_json, on_timeout, started_at, end_at, updated_at) "
+                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?6)",
+    [ST_E2B_GET] = E2B_SELECT " WHERE e.sandbox_id = ?1",
+    [ST_E2B_SET_END] = "UPDATE " E2B_TABLE " SET end_at = ?2, on_timeout = COALESCE(?3, "
+                       "on_timeout), updated_at = ?4 WHERE sandbox_id = ?1",
+    /* ?1 a LIKE prefix pattern ("<tenant>~%", or "%"), ?2 the id to start
+     * after ("" from the first): a range of the primary key. */
+    [ST_E2B_LIST] = E2B_SELECT " WHERE e.sandbox_id LIKE ?1 ESCAPE '!' AND e.sandbox_id > ?2 "
+                    "AND r.status <> 'RELEASED' ORDER BY e.sandbox_id LIMIT ?3",
+    [ST_E2B_DUE] = E2B_SELECT " WHERE e.end_at <= ?2 AND r.worker_id = ?1 AND (r.status IN "
+                   "('ASSIGNED', 'READY', 'RUNNING') OR (e.on_timeout = 'kill' AND r.status IN "
+                   "('SUSPENDING', 'SUSPENDED'))) ORDER BY e.end_at LIMIT ?3",
 };
 
 struct sql_store {
@@ -1084,6 +1110,7 @@ static int sql_prepare_schema(struct sl_store *s, bool auto_ddl, char **warnings
         rc = sl_schema_check(live, warnings, err);
     s->tenancy = rc == 0 && live[SL_SCHEMA_TENANT].len > 0 && live[SL_SCHEMA_API_KEY].len > 0;
     s->egress_policies = rc == 0 && live[SL_SCHEMA_EGRESS].len > 0;
+    s->e2b = rc == 0 && live[SL_SCHEMA_E2B].len > 0;
     for (size_t t = 0; t < SL_SCHEMA_NTABLES; t++)
         sl_strlist_free(&live[t]);
     return rc;
@@ -2158,6 +2185,157 @@ static int sql_egress_delete(struct sl_store *s, const char *scope_key, struct s
     return changed < 0 ? sl_error_wrap(err, "delete egress policy") : changed > 0 ? 1 : 0;
 }
 
+/* ---- E2B sandboxes (ours, e2b/) ---- */
+
+static int e2b_read(struct sql_store *st, struct sl_sql_conn *c, struct sl_e2b_sandbox *out,
+                    struct sl_error *err)
+{
+    struct reader rd = reader_of(st, c);
+    memset(out, 0, sizeof(*out));
+    read_word(&rd, 0, out->sandbox_id, sizeof(out->sandbox_id));
+    read_word_trunc(&rd, 1, out->template_id, sizeof(out->template_id));
+    out->metadata_json = read_str(&rd, 2, true);
+    out->env_json = read_str(&rd, 3, true);
+    read_word_trunc(&rd, 4, out->on_timeout, sizeof(out->on_timeout));
+    out->started_at = read_ts(&rd, 5);
+    out->end_at = read_ts(&rd, 6);
+    out->updated_at = read_ts(&rd, 7);
+    read_word(&rd, 8, out->status, sizeof(out->status));
+    out->generation = read_int64(&rd, 9, 0);
+    read_word_trunc(&rd, 10, out->worker_id, sizeof(out->worker_id));
+    if (reader_done(&rd, E2B_TABLE, err) < 0) {
+        sl_e2b_sandbox_clear(out);
+        return -1;
+    }
+    return 0;
+}
+
+static int e2b_read_all(struct sql_store *st, struct sl_sql_conn *c, struct sl_e2b_sandbox **out,
+                        size_t *n, struct sl_error *err)
+{
+    size_t cap = 0;
+    struct sl_e2b_sandbox *v = NULL;
+    int r;
+    while ((r = next(st, c, err)) == 1) {
+        if (grow((void **)&v, &cap, *n, sizeof(*v), 16) < 0) {
+            r = oom(err);
+            break;
+        }
+        if ((r = e2b_read(st, c, &v[*n], err)) < 0)
+            break;
+        (*n)++;
+    }
+    if (r < 0) {
+        sl_e2b_sandboxes_free(v, *n);
+        *n = 0;
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int sql_e2b_insert(struct sl_store *s, const struct sl_e2b_sandbox *e,
+                          struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, e->sandbox_id);
+    arg_text(&a, 2, e->template_id);
+    arg_text(&a, 3, e->metadata_json);
+    arg_text(&a, 4, e->env_json);
+    arg_text(&a, 5, e->on_timeout);
+    arg_ts(&a, 6, e->started_at, false);
+    arg_ts(&a, 7, e->end_at, false);
+    int rc = query(st, c, ST_E2B_INSERT, &a, err);
+    if (rc == SL_SQL_CONFLICT) {
+        sl_error_clear(err);
+        return 0;
+    }
+    return rc < 0 ? sl_error_wrap(err, "insert e2b sandbox") : 1;
+}
+
+static int sql_e2b_get(struct sl_store *s, const char *sandbox_id, struct sl_e2b_sandbox *out,
+                       struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    memset(out, 0, sizeof(*out));
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, sandbox_id);
+    if (query(st, c, ST_E2B_GET, &a, err) < 0)
+        return sl_error_wrap(err, "read e2b sandbox");
+    int r = next(st, c, err);
+    if (r <= 0)
+        return r;
+    return e2b_read(st, c, out, err) < 0 ? -1 : 1;
+}
+
+static int sql_e2b_set_end(struct sl_store *s, const char *sandbox_id, int64_t end_at,
+                           const char *on_timeout, int64_t now, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, sandbox_id);
+    arg_ts(&a, 2, end_at, false);
+    arg_text(&a, 3, on_timeout);
+    arg_ts(&a, 4, now, false);
+    int64_t changed = run(st, c, ST_E2B_SET_END, &a, err);
+    return changed < 0 ? sl_error_wrap(err, "update e2b sandbox") : changed > 0 ? 1 : 0;
+}
+
+static int sql_e2b_list(struct sl_store *s, const char *id_prefix, const char *after,
+                        int64_t limit, struct sl_e2b_sandbox **out, size_t *n,
+                        struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_free_ char *pattern = like_pattern(id_prefix, NULL);
+    if (!pattern)
+        return oom(err);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, pattern);
+    arg_text(&a, 2, after ? after : "");
+    arg_int(&a, 3, limit);
+    if (query(st, c, ST_E2B_LIST, &a, err) < 0)
+        return sl_error_wrap(err, "list e2b sandboxes");
+    return e2b_read_all(st, c, out, n, err);
+}
+
+static int sql_e2b_due(struct sl_store *s, const char *worker_id, int64_t now, int64_t limit,
+                       struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    *out = NULL;
+    *n = 0;
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, false, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    arg_text(&a, 1, worker_id);
+    arg_ts(&a, 2, now, false);
+    arg_int(&a, 3, limit);
+    if (query(st, c, ST_E2B_DUE, &a, err) < 0)
+        return sl_error_wrap(err, "read due e2b sandboxes");
+    return e2b_read_all(st, c, out, n, err);
+}
+
 static int key_read(struct sql_store *st, struct sl_sql_conn *c, struct sl_api_key *out,
                     struct sl_error *err)
 {
@@ -2338,6 +2516,11 @@ static const struct sl_store_ops sql_ops = {
     .egress_get = sql_egress_get,
     .egress_put = sql_egress_put,
     .egress_delete = sql_egress_delete,
+    .e2b_insert = sql_e2b_insert,
+    .e2b_get = sql_e2b_get,
+    .e2b_set_end = sql_e2b_set_end,
+    .e2b_list = sql_e2b_list,
+    .e2b_due = sql_e2b_due,
     .api_key_insert = sql_api_key_insert,
     .api_key_get = sql_api_key_get,
     .api_key_list = sql_api_key_list,

@@ -215,6 +215,22 @@ void sl_tenants_free(struct sl_tenant *v, size_t n)
     free(v);
 }
 
+void sl_e2b_sandbox_clear(struct sl_e2b_sandbox *e)
+{
+    if (!e)
+        return;
+    free(e->metadata_json);
+    free(e->env_json);
+    memset(e, 0, sizeof(*e));
+}
+
+void sl_e2b_sandboxes_free(struct sl_e2b_sandbox *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        sl_e2b_sandbox_clear(&v[i]);
+    free(v);
+}
+
 void sl_api_key_clear(struct sl_api_key *k)
 {
     if (!k)

@@ -189,6 +189,26 @@ struct sl_api_key {
 void sl_api_key_clear(struct sl_api_key *k);
 void sl_api_keys_free(struct sl_api_key *v, size_t n);
 
+/* A sandbox made through the E2B protocol (agent_sandbox_e2b, ours; e2b/):
+ * E2B's view beside its route. Reads join the route, whose status,
+ * generation and owner come with it. */
+struct sl_e2b_sandbox {
+    char sandbox_id[129];  /* the route's (a tenant's in its namespace) */
+    char template_id[129];
+    char *metadata_json;   /* object text; NULL = {} */
+    char *env_json;        /* object text; NULL = {} */
+    char on_timeout[16];   /* "kill" | "pause": what end_at does */
+    int64_t started_at;
+    int64_t end_at;        /* the lifetime deadline */
+    int64_t updated_at;
+    /* From the route, on reads. */
+    char status[16];
+    int64_t generation;
+    char worker_id[129];   /* "" when none */
+};
+void sl_e2b_sandbox_clear(struct sl_e2b_sandbox *e);
+void sl_e2b_sandboxes_free(struct sl_e2b_sandbox *v, size_t n);
+
 struct sl_store;
 
 struct sl_store_ops {
@@ -344,6 +364,25 @@ struct sl_store_ops {
     int (*tenant_usage)(struct sl_store *s, const char *tenant_id, int64_t *sandboxes,
                         int64_t *running_sessions, int64_t *commands, struct sl_error *err);
 
+    /* E2B sandboxes (only when s->e2b). insert: 1 inserted, 0 the id
+     * exists, -1. get: 1 found (with its route), 0 absent, -1. set_end:
+     * end_at (and on_timeout when not NULL), updated_at = now; 1 written,
+     * 0 none, -1. list: those whose route is not RELEASED and whose id
+     * starts with id_prefix (literal; NULL = any) and sorts after `after`
+     * (NULL = from the first), by sandbox_id, at most limit; free with
+     * sl_e2b_sandboxes_free. due: those owned by worker_id whose end_at
+     * is at or before now and whose route is not RELEASED (awake ones for
+     * "pause", awake or dormant for "kill"), earliest first. */
+    int (*e2b_insert)(struct sl_store *s, const struct sl_e2b_sandbox *e, struct sl_error *err);
+    int (*e2b_get)(struct sl_store *s, const char *sandbox_id, struct sl_e2b_sandbox *out,
+                   struct sl_error *err);
+    int (*e2b_set_end)(struct sl_store *s, const char *sandbox_id, int64_t end_at,
+                       const char *on_timeout, int64_t now, struct sl_error *err);
+    int (*e2b_list)(struct sl_store *s, const char *id_prefix, const char *after, int64_t limit,
+                    struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err);
+    int (*e2b_due)(struct sl_store *s, const char *worker_id, int64_t now, int64_t limit,
+                   struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err);
+
     void (*close)(struct sl_store *s);
 };
 
@@ -358,6 +397,9 @@ struct sl_store {
     /* The egress policy table exists (prepare_schema); without it the
      * egress methods must not be called. */
     bool egress_policies;
+    /* The E2B table exists (prepare_schema); without it the e2b methods
+     * must not be called. */
+    bool e2b;
 };
 
 /* Open the store configured in cfg. *warning (malloc'd, NULL if none) says

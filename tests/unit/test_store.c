@@ -70,12 +70,12 @@ static int fixture_new(void **state)
     if (g_pg_url && !g_mysql)
         raw_exec(f->path, "DROP TABLE IF EXISTS agent_sandbox_worker, agent_sandbox_route, "
                           "agent_sandbox_exec, agent_sandbox_tenant, agent_sandbox_api_key, "
-                          "skip_once CASCADE;"
+                          "agent_sandbox_e2b, skip_once CASCADE;"
                           "DROP FUNCTION IF EXISTS skip_update() CASCADE");
     if (g_mysql)
         raw_exec(f->path, "DROP TABLE IF EXISTS agent_sandbox_worker, agent_sandbox_route, "
                           "agent_sandbox_exec, agent_sandbox_tenant, agent_sandbox_api_key, "
-                          "skip_once");
+                          "agent_sandbox_e2b, skip_once");
     *state = f;
     return 0;
 }
@@ -427,10 +427,12 @@ static void test_schema_created(void **state)
                         "SELECT GROUP_CONCAT(DISTINCT INDEX_NAME ORDER BY INDEX_NAME) FROM "
                         "information_schema.STATISTICS WHERE TABLE_SCHEMA = DATABASE() "
                         "AND INDEX_NAME LIKE 'idx_%'"),
-               "idx_agent_sandbox_api_key_tenant,idx_agent_sandbox_exec_status,"
+               "idx_agent_sandbox_api_key_tenant,idx_agent_sandbox_e2b_end,"
+               "idx_agent_sandbox_exec_status,"
                "idx_agent_sandbox_route_scope,idx_agent_sandbox_route_worker,"
                "idx_agent_sandbox_worker_heartbeat");
     assert_true(f->store->tenancy);
+    assert_true(f->store->e2b);
     assert_raw(f->path,
                DIALECT("SELECT instr(sql, 'CONSTRAINT uniq_agent_sandbox_uid UNIQUE "
                        "(sandbox_uid)') > 0 FROM sqlite_master WHERE name = 'agent_sandbox_route'",
@@ -708,8 +710,10 @@ static void test_schema_additive_upgrade(void **state)
                         "SELECT count(*) FROM pg_indexes WHERE indexname LIKE 'idx_agent_sandbox_%'",
                         "SELECT count(DISTINCT INDEX_NAME) FROM information_schema.STATISTICS "
                         "WHERE TABLE_SCHEMA = DATABASE() AND INDEX_NAME LIKE 'idx_agent_sandbox_%'"),
-               "5"); /* the reference's four, and the tenant tables' one, made by auto-DDL */
+               "6"); /* the reference's four, the tenant tables' and the E2B table's, made by
+                        auto-DDL */
     assert_true(s->tenancy);
+    assert_true(s->e2b);
 
     /* The rows are kept, the old ones without a reason. */
     assert_raw(f->path, "SELECT count(*) FROM agent_sandbox_exec", "2");
@@ -1474,6 +1478,78 @@ static void test_egress_policies(void **state)
     free(json);
 }
 
+static void e2b_route(struct sl_store *s, const char *id, int64_t uid, const char *status)
+{
+    struct sl_route r;
+    struct sl_error err = {0};
+    route_make(&r, id, uid, 1, status);
+    r.worker_id = xdup("w-1");
+    assert_int_equal(s->ops->route_insert(s, &r, &err), 1);
+    sl_route_clear(&r);
+}
+
+static void test_e2b_sandboxes(void **state)
+{
+    struct fixture *f = *state;
+    struct sl_store *s = f->store;
+    struct sl_error err = {0};
+    assert_true(s->e2b);
+    e2b_route(s, "acme~ia", 1001, "READY");
+    e2b_route(s, "acme~ib", 1002, "SUSPENDED");
+    e2b_route(s, "acme~ic", 1003, "RELEASED");
+    e2b_route(s, "beta~id", 1004, "READY");
+    struct sl_e2b_sandbox e = {.template_id = "base", .metadata_json = "{\"k\":\"v\"}",
+                               .on_timeout = "kill", .started_at = T0, .end_at = T0 + 5000000};
+    const char *ids[] = {"acme~ia", "acme~ib", "acme~ic", "beta~id"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(e.sandbox_id, sizeof(e.sandbox_id), "%s", ids[i]);
+        snprintf(e.on_timeout, sizeof(e.on_timeout), "%s", i == 1 ? "pause" : "kill");
+        assert_int_equal(s->ops->e2b_insert(s, &e, &err), 1);
+    }
+    assert_int_equal(s->ops->e2b_insert(s, &e, &err), 0);
+
+    struct sl_e2b_sandbox got = {0};
+    assert_int_equal(s->ops->e2b_get(s, "acme~ia", &got, &err), 1);
+    assert_string_equal(got.template_id, "base");
+    assert_non_null(strstr(got.metadata_json, "\"k\""));
+    assert_null(got.env_json);
+    assert_string_equal(got.status, "READY");
+    assert_string_equal(got.worker_id, "w-1");
+    assert_true(got.generation == 1 && got.end_at == T0 + 5000000);
+    sl_e2b_sandbox_clear(&got);
+    assert_int_equal(s->ops->e2b_get(s, "acme~zz", &got, &err), 0);
+
+    /* A tenant's, not released, in id order, paged by the last id. */
+    struct sl_e2b_sandbox *v = NULL;
+    size_t n = 0;
+    assert_int_equal(s->ops->e2b_list(s, "acme~", NULL, 10, &v, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(v[0].sandbox_id, "acme~ia");
+    assert_string_equal(v[1].status, "SUSPENDED");
+    sl_e2b_sandboxes_free(v, n);
+    assert_int_equal(s->ops->e2b_list(s, "acme~", "acme~ia", 10, &v, &n, &err), 0);
+    assert_true(n == 1 && strcmp(v[0].sandbox_id, "acme~ib") == 0);
+    sl_e2b_sandboxes_free(v, n);
+
+    /* Due: past the deadline, this worker's, not released; a dormant one
+     * only when its end is a kill. */
+    assert_int_equal(s->ops->e2b_due(s, "w-1", T0 + 4000000, 10, &v, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(s->ops->e2b_due(s, "w-1", T0 + 5000000, 10, &v, &n, &err), 0);
+    assert_int_equal(n, 2);
+    sl_e2b_sandboxes_free(v, n);
+    assert_int_equal(s->ops->e2b_due(s, "w-2", T0 + 5000000, 10, &v, &n, &err), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(s->ops->e2b_set_end(s, "acme~ia", T0 + 9000000, NULL, T0 + 1, &err), 1);
+    assert_int_equal(s->ops->e2b_set_end(s, "acme~ib", T0, "kill", T0 + 1, &err), 1);
+    assert_int_equal(s->ops->e2b_set_end(s, "acme~zz", T0, NULL, T0 + 1, &err), 0);
+    assert_int_equal(s->ops->e2b_due(s, "w-1", T0 + 5000000, 10, &v, &n, &err), 0);
+    assert_int_equal(n, 2); /* beta~id, and acme~ib now that its end kills */
+    assert_string_equal(v[0].sandbox_id, "acme~ib");
+    assert_string_equal(v[0].on_timeout, "kill");
+    sl_e2b_sandboxes_free(v, n);
+}
+
 static void test_tenants_and_keys(void **state)
 {
     struct fixture *f = *state;
@@ -1749,6 +1825,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_schema_is_store_error, fixture_new, teardown),
         cmocka_unit_test_setup_teardown(test_route_roundtrip, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_egress_policies, setup_ready, teardown),
+        cmocka_unit_test_setup_teardown(test_e2b_sandboxes, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_insert_conflicts, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_touch, setup_ready, teardown),
         cmocka_unit_test_setup_teardown(test_route_cas, setup_ready, teardown),
