@@ -90,6 +90,10 @@ static const struct code_status TABLE[] = {
      "too many terminals run (SANDBOX_MAX_TERMINALS_PER_SANDBOX, SANDBOX_MAX_TERMINALS): exit "
      "one"},
     {SL_E_NOT_A_TERMINAL, 409, "this command runs without a terminal"},
+    {SL_E_ALREADY_PAUSED, 409, "the sandbox is already paused: connect to resume it"},
+    {SL_E_E2B_UNAVAILABLE, 503,
+     "this database has no E2B table: apply the deploy SQL (deploy/sql/) or enable "
+     "SANDBOX_DATABASE_AUTO_DDL, then restart the service"},
     {SL_E_PORT_NOT_LISTENING, 502, "nothing in the sandbox listens on this port"},
     {SL_E_PORT_BAD_GATEWAY, 502,
      "the server in the sandbox did not answer with HTTP within the limits (SANDBOX_PORT_TIMEOUT_SECONDS, SANDBOX_PORT_MAX_BODY_BYTES)"},

@@ -37,6 +37,9 @@ struct exec_stream {
     /* -1: events; 0 or 1: that stream's bytes as they are (the raw form,
      * application/octet-stream), which no escaping slows */
     int raw;
+    /* Or another protocol's framing (exec_stream.h); begun: its begin is out. */
+    struct sl_stream_encoder enc;
+    bool encoded, begun;
     atomic_bool keepalive_due;
     atomic_llong last_send_us;
 };
@@ -288,11 +291,79 @@ static ssize_t raw_read(struct exec_stream *s, char *buf, size_t max)
     }
 }
 
+/* An encoder's output into the pending bytes. */
+static int put_encoded(struct exec_stream *s, int rc, struct sl_buf *b)
+{
+    if (rc >= 0 && b->len)
+        rc = put(s, b->data, b->len);
+    sl_buf_free(b);
+    return rc < 0 ? -1 : 0;
+}
+
+/* What the encoder makes of the next thing to send: 1 something was
+ * queued, 0 nothing now (wait), -1 the end (or a failure). */
+static int encode_next(struct exec_stream *s, char *chunk, size_t size)
+{
+    struct sl_buf b;
+    sl_buf_init(&b, SIZE_MAX);
+    void *ctx = s->enc.ctx;
+    if (!s->begun) {
+        s->begun = true;
+        return put_encoded(s, s->enc.begin ? s->enc.begin(ctx, &b) : 0, &b) < 0 ? -1 : 1;
+    }
+    if (atomic_exchange(&s->keepalive_due, false))
+        return put_encoded(s, s->enc.keepalive(ctx, &b), &b) < 0 ? -1 : 1;
+    struct sl_outlog_chunk c;
+    int rc = sl_outlog_read(s->log, s->off, s->prefer, chunk, size, &c);
+    if (rc == 1) {
+        s->prefer = !c.stream;
+        int r = 0;
+        if (c.skipped) {
+            s->skipped[c.stream] += c.skipped;
+            if (s->enc.gap)
+                r = s->enc.gap(ctx, c.stream, c.skipped, &b);
+        }
+        if (r >= 0 && c.len)
+            r = s->enc.chunk(ctx, c.stream, chunk, c.len, &b);
+        s->off[c.stream] = c.offset + c.len;
+        s->reader.moved_us = sl_mono_us();
+        sl_outlog_advance(s->log, &s->reader, s->off);
+        return put_encoded(s, r, &b) < 0 ? -1 : 1;
+    }
+    if (rc < 0) {
+        s->done = true;
+        return put_encoded(s, s->enc.end(ctx, sl_outlog_end(s->log), &b), &b) < 0 ? -1 : 1;
+    }
+    sl_buf_free(&b);
+    return sl_outlog_wait(s->log, s->off, &s->waiter) ? 0 : 1;
+}
+
 static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
 {
     struct exec_stream *s = (struct exec_stream *)src;
     if (s->raw >= 0)
         return raw_read(s, buf, max);
+    if (s->encoded) {
+        char chunk[EVENT_BYTES];
+        for (;;) {
+            if (s->pending_pos < s->pending_len) {
+                size_t n = s->pending_len - s->pending_pos;
+                n = n < max ? n : max;
+                memcpy(buf, s->pending + s->pending_pos, n);
+                s->pending_pos += n;
+                atomic_store(&s->last_send_us, sl_mono_us());
+                return (ssize_t)n;
+            }
+            s->pending_len = s->pending_pos = 0;
+            if (s->done)
+                return -1;
+            int r = encode_next(s, chunk, sizeof(chunk));
+            if (r < 0)
+                return -1;
+            if (r == 0)
+                return 0; /* on_output or the ticker wakes us */
+        }
+    }
     char chunk[EVENT_BYTES];
     for (;;) {
         if (s->pending_pos < s->pending_len) {
@@ -346,6 +417,8 @@ static void stream_close(struct sl_body_source *src)
      * suspended), so nobody else can wake it now. */
     (void)sl_outlog_unwait(s->log, &s->waiter);
     sl_outlog_put(s->log);
+    if (s->encoded && s->enc.release)
+        s->enc.release(s->enc.ctx);
     free(s->pending);
     free(s);
 }
@@ -506,5 +579,22 @@ struct sl_body_source *sl_exec_stream_open_raw(const char *sandbox_id, struct sl
     struct sl_body_source *src = sl_exec_stream_open(sandbox_id, log, off, err);
     if (src)
         ((struct exec_stream *)src)->raw = stream;
+    return src;
+}
+
+struct sl_body_source *sl_exec_stream_open_encoded(const char *sandbox_id, struct sl_outlog *log,
+                                                   const uint64_t off[2],
+                                                   const struct sl_stream_encoder *enc,
+                                                   struct sl_error *err)
+{
+    struct sl_body_source *src = sl_exec_stream_open(sandbox_id, log, off, err);
+    if (!src) {
+        if (enc->release)
+            enc->release(enc->ctx);
+        return NULL;
+    }
+    struct exec_stream *s = (struct exec_stream *)src;
+    s->enc = *enc;
+    s->encoded = true;
     return src;
 }

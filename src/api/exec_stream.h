@@ -29,7 +29,10 @@
 #ifndef SL_API_EXEC_STREAM_H
 #define SL_API_EXEC_STREAM_H
 
+#include <jansson.h>
 #include <stdint.h>
+
+#include "common/util.h"
 
 #include "api/router.h"
 #include "common/error.h"
@@ -52,6 +55,28 @@ struct sl_body_source *sl_exec_stream_open(const char *sandbox_id, struct sl_out
  * gap ends it early, and the command's status is its record's. */
 struct sl_body_source *sl_exec_stream_open_raw(const char *sandbox_id, struct sl_outlog *log,
                                                int stream, uint64_t offset, struct sl_error *err);
+
+/* Another protocol's framing of the same stream (E2B's Connect events,
+ * e2b/): the registry, bounds, backpressure and keepalives are this
+ * module's, the bytes the encoder's. Each function appends to `out`;
+ * < 0 ends the body. begin (may be NULL) comes before anything else, gap
+ * (may be NULL: nothing) for bytes no longer kept, end once, last.
+ * release frees ctx when the stream closes. */
+struct sl_stream_encoder {
+    int (*begin)(void *ctx, struct sl_buf *out);
+    int (*chunk)(void *ctx, int stream, const char *data, size_t len, struct sl_buf *out);
+    int (*gap)(void *ctx, int stream, uint64_t skipped, struct sl_buf *out);
+    int (*end)(void *ctx, const json_t *end, struct sl_buf *out);
+    int (*keepalive)(void *ctx, struct sl_buf *out);
+    void (*release)(void *ctx);
+    void *ctx;
+};
+/* The stream of `log` from off[], framed by `enc` (copied; its ctx is the
+ * stream's from now on, released even when this fails). */
+struct sl_body_source *sl_exec_stream_open_encoded(const char *sandbox_id, struct sl_outlog *log,
+                                                   const uint64_t off[2],
+                                                   const struct sl_stream_encoder *enc,
+                                                   struct sl_error *err);
 
 /* "S:E" or "S" (stderr 0): a Last-Event-ID or ?offset= value. -1 when it
  * is neither. */

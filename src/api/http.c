@@ -24,6 +24,7 @@
 #include "api/tenant_view.h"
 #include "api/router.h"
 #include "api/stream_relay.h"
+#include "e2b/e2b.h"
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -379,6 +380,21 @@ static bool websocket_bearer(struct MHD_Connection *conn, char *buf, size_t size
  * the key is left in st for a handler thread to check (AUTH_NEEDS_STORE:
  * MHD's threads never wait on the database). Anything else, and every way
  * a key can be wrong, is AUTH_REFUSED: one 401 that says nothing of why. */
+/* E2B's envd: the sandbox's access token for the route's sandbox. */
+static enum auth_outcome authenticate_envd(struct conn_state *st, struct MHD_Connection *conn)
+{
+    const char *value = NULL;
+    size_t len = 0;
+    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "X-Access-Token", 14, &value,
+                                      &len) != MHD_YES ||
+        !value || st->nparams < 1)
+        return AUTH_REFUSED;
+    return sl_e2b_envd_token_check(st->http->cfg->internal_token, st->params[0], value, len,
+                                   &st->principal)
+               ? AUTH_ACCEPTED
+               : AUTH_REFUSED;
+}
+
 static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connection *conn)
 {
     struct sl_http *http = st->http;
@@ -386,12 +402,31 @@ static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connecti
     size_t len = 0;
     st->principal = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
     char from_protocol[600];
-    if ((MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+    enum sl_route_credential cred =
+        st->match == SL_MATCH_OK ? st->route->credential : SL_CRED_BEARER;
+    if (cred == SL_CRED_E2B_ENVD)
+        return authenticate_envd(st, conn);
+    if (cred == SL_CRED_E2B_API_KEY) {
+        /* E2B's X-API-KEY: the token, or a key in either spelling. */
+        const char *key = NULL;
+        size_t klen = 0;
+        if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "X-API-KEY", 9, &key, &klen) !=
+                MHD_YES ||
+            !key || klen > 512)
+            return AUTH_REFUSED;
+        char canon[520];
+        if (!sl_e2b_key_canonical(key, klen, canon, sizeof(canon)))
+            return AUTH_REFUSED;
+        len = (size_t)snprintf(from_protocol, sizeof(from_protocol), "Bearer %s", canon);
+        value = from_protocol;
+        explicit_bzero(canon, sizeof(canon));
+    } else if ((MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
                                        strlen(MHD_HTTP_HEADER_AUTHORIZATION), &value,
                                        &len) != MHD_YES ||
-         !value) &&
-        !websocket_bearer(conn, from_protocol, sizeof(from_protocol), &value, &len))
+                !value) &&
+               !websocket_bearer(conn, from_protocol, sizeof(from_protocol), &value, &len)) {
         return AUTH_REFUSED;
+    }
     if (sl_consttime_equal(value, len, http->expected_auth, http->expected_len)) {
         st->principal.kind = SL_PRINCIPAL_OPERATOR;
         return AUTH_ACCEPTED;
@@ -520,6 +555,11 @@ static bool tenant_namespace(struct conn_state *st)
     static const char pre[] = "/api/v1/sandboxes/";
     const size_t pl = sizeof(pre) - 1;
     char *path = NULL;
+    /* E2B's routes are never forwarded: their path stays as it came. */
+    if (st->route->credential != SL_CRED_BEARER) {
+        st->params[i] = st->tenant_sandbox_id;
+        return true;
+    }
     if (strncmp(st->path, pre, pl) == 0 && strncmp(st->path + pl, name, n) == 0 &&
         (st->path[pl + n] == '/' || st->path[pl + n] == '\0') &&
         asprintf(&path, "%s%s%s", pre, st->tenant_sandbox_id, st->path + pl + n) < 0)
@@ -1175,6 +1215,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             by_host = sl_port_host_path(
                 http->cfg->ports_domain,
                 MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST), url);
+        /* E2B's sandbox requests (envd, the interpreter): by their
+         * headers, or the host form under SANDBOX_E2B_DOMAIN. */
+        char *e2b = by_host ? NULL
+                            : sl_e2b_rewrite(
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "E2b-Sandbox-Id"),
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "E2b-Sandbox-Port"),
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              MHD_HTTP_HEADER_HOST),
+                                  http->cfg->e2b_domain, url);
+        if (e2b) {
+            free(by_host);
+            by_host = e2b;
+        }
         if (by_host)
             url = by_host;
         st->pathbuf = strdup(url);

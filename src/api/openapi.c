@@ -165,7 +165,7 @@ static bool documented(const struct sl_route_def *r)
 {
     return strcmp(r->pattern, "/admin") != 0 && strncmp(r->pattern, "/admin/", 7) != 0 &&
            strncmp(r->pattern, "/docs/", 6) != 0 &&
-           !r->internal;
+           !r->internal && r->credential == SL_CRED_BEARER;
 }
 
 json_t *sl_openapi_document(void)

@@ -112,6 +112,13 @@ struct sl_query_param {
     bool required;
 };
 
+/* Where a route's caller puts its credential (auth true): the bearer
+ * token or a tenant key in Authorization (the API's), an API key or the
+ * token in X-API-KEY (E2B's control plane), or a sandbox's envd access
+ * token in X-Access-Token (E2B's envd, for the route's {sandbox_id}). The
+ * E2B routes are another protocol's (e2b/e2b.h): not in /openapi.json. */
+enum sl_route_credential { SL_CRED_BEARER = 0, SL_CRED_E2B_API_KEY, SL_CRED_E2B_ENVD };
+
 struct sl_route_def {
     const char *method;
     const char *pattern; /* "/api/v1/sandboxes/{sandbox_id}" */
@@ -136,6 +143,7 @@ struct sl_route_def {
     bool tenant;
     /* Success is 201 Created (a create), not 200. */
     bool created;
+    enum sl_route_credential credential;
 };
 
 /* Whether a route's handler never blocks (it hands its work to a pool of

@@ -70,6 +70,8 @@
 #define SL_E_PORT_NOT_LISTENING "SANDBOX_PORT_NOT_LISTENING" /* 502, ours: ports route */
 #define SL_E_PORT_BAD_GATEWAY "SANDBOX_PORT_BAD_ANSWER" /* 502, ours: not HTTP, or too large */
 #define SL_E_ON_ANOTHER_WORKER "SANDBOX_ON_ANOTHER_WORKER" /* 421, ours: terminal, ports */
+#define SL_E_E2B_UNAVAILABLE "E2B_UNAVAILABLE"   /* 503, ours: no agent_sandbox_e2b table */
+#define SL_E_ALREADY_PAUSED "SANDBOX_ALREADY_PAUSED" /* 409, ours: E2B pause of a paused one */
 
 /* The owner of a sandbox that is not this worker (SL_E_OWNED_ELSEWHERE). */
 struct sl_error_owner {

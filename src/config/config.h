@@ -96,6 +96,10 @@ struct sl_config {
     int64_t max_terminals_per_sandbox, max_terminals, terminal_idle_seconds;
     int64_t terminal_max_seconds, terminal_replay_bytes;
     int64_t port_timeout_seconds, port_max_body_bytes;
+    /* E2B's protocol (e2b/): a sandbox's lifetime when the create names
+     * none, the longest one may ask, and the domain of the host form. */
+    int64_t e2b_default_timeout_seconds, e2b_max_timeout_seconds;
+    char *e2b_domain;
     char *ports_domain; /* "": no host-based form of the ports route */
     int64_t max_file_api_bytes;
     int64_t max_list_entries;

@@ -49,10 +49,13 @@ static const char *const sandbox_owned_paths[] = {
     "/dev", "/proc", "/tmp", "/workspace", "/home", "/cache", "/envs", "/opt/agent-sandbox",
 };
 
-/* The four persistent read-write directories: <root>/<name> -> dst. */
-static const char *const rw_names[] = {"workspace", "home", "cache", "envs"};
+/* The four persistent read-write directories: <root>/<name> -> dst. The
+ * workspace is also E2B's home, /home/user (e2b/e2b.h): the same
+ * directory at a second place, so the paths E2B's SDKs assume name the
+ * files the rest of the API sees. */
+static const char *const rw_names[] = {"workspace", "home", "cache", "envs", "workspace"};
 static const char *const rw_dsts[] = {NEWROOT "/workspace", NEWROOT "/home/sandbox",
-                                      NEWROOT "/cache", NEWROOT "/envs"};
+                                      NEWROOT "/cache", NEWROOT "/envs", NEWROOT "/home/user"};
 
 /* Host device nodes visible in the synthetic /dev (bubblewrap's --dev set). */
 static const char *const dev_nodes[][2] = {
@@ -521,6 +524,7 @@ int sl_spawn_layout_init(const struct sl_rt_options *opt, struct sl_spawn_layout
         "/tmp",
         "/workspace",
         "/home/sandbox",
+        "/home/user",
         "/cache",
         "/envs",
         "/opt/agent-sandbox/runtime",

@@ -8,6 +8,7 @@
  * answers whoever waits (a suspended HTTP request): no thread is held
  * while a command runs. */
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -1256,6 +1257,44 @@ void svc_terminals_cycle(struct sl_service *svc)
             sl_rt_exec_cancel(x->rt);
         }
     pthread_mutex_unlock(&svc->execs_lock);
+}
+
+json_t *sl_svc_execs_running_list(struct sl_service *svc, const char *sandbox_id,
+                                  const char *prefix)
+{
+    json_t *list = json_array();
+    if (!list)
+        return NULL;
+    size_t plen = strlen(prefix);
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next) {
+        if (strcmp(x->sandbox_id, sandbox_id) != 0 || strncmp(x->exec_id, prefix, plen) != 0 ||
+            sl_outlog_end(x->log))
+            continue;
+        json_t *request = x->command_json ? json_loads(x->command_json, 0, NULL) : NULL;
+        json_t *item = json_pack("{s:s,s:o}", "exec_id", x->exec_id, "request",
+                                 request ? request : json_object());
+        if (!item || json_array_append_new(list, item) < 0) {
+            json_decref(list);
+            list = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&svc->execs_lock);
+    return list;
+}
+
+int svc_execs_kill(struct sl_service *svc, const char *sandbox_id)
+{
+    int n = 0;
+    pthread_mutex_lock(&svc->execs_lock);
+    for (struct svc_exec *x = svc->execs; x; x = x->next)
+        if (x->rt && strcmp(x->sandbox_id, sandbox_id) == 0 && sl_rt_exec_signal(x->rt, SIGKILL)) {
+            atomic_store(&x->signalled, true);
+            n++;
+        }
+    pthread_mutex_unlock(&svc->execs_lock);
+    return n;
 }
 
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id)

@@ -1,6 +1,9 @@
 /* The File API on the owner (spec API.md §3.12, §5): fence, runtime lookup,
  * then one safe operation of workspace/files.c. */
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +117,93 @@ json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_
         return NULL;
     file_done(svc, sandbox_id, generation);
     return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);
+}
+
+json_t *sl_svc_file_write_bytes(struct sl_service *svc, const char *sandbox_id,
+                                int64_t generation, struct sl_file_path path, const char *data,
+                                size_t len, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
+    if (fd < 0 || svc_disk_quota_check(svc, sandbox_id, err) < 0)
+        return NULL;
+    if ((int64_t)len > t.max_file_bytes) {
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, EFBIG,
+                     "file exceeds the sandbox File API size limit");
+        return NULL;
+    }
+    if (ws_file_write(&t, path.s, path.len, data, len, err) < 0)
+        return NULL;
+    file_done(svc, sandbox_id, generation);
+    return checked(json_pack("{s:s,s:o}", "status", "ok", "path", path_json(path)), err);
+}
+
+int sl_svc_file_read_bytes(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           struct sl_file_path path, struct sl_buf *out, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    struct file_ctx ctx;
+    sl_buf_init(out, 0);
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
+    if (fd < 0)
+        return -1;
+    sl_buf_init(out, (size_t)t.max_file_bytes);
+    if (ws_file_read(&t, path.s, path.len, out, err) < 0) {
+        sl_buf_free(out);
+        return -1;
+    }
+    file_done(svc, sandbox_id, generation);
+    return 0;
+}
+
+json_t *sl_svc_file_stat(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, struct sl_error *err)
+{
+    struct sl_ws_target t = {0};
+    struct file_ctx ctx;
+    _cleanup_close_ int fd = file_prepare(svc, sandbox_id, generation, &t, &ctx, err);
+    if (fd < 0)
+        return NULL;
+    /* The parent opened by the listing's rules (no link followed on the
+     * way), then the entry itself, never followed. */
+    _cleanup_free_ char *copy = strndup(path.s, path.len);
+    if (!copy)
+        return checked(NULL, err);
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/')
+        copy[--n] = '\0';
+    char *slash = strrchr(copy, '/');
+    bool root = strcmp(copy, "/workspace") == 0 || n == 0 || strcmp(copy, "/") == 0;
+    const char *name = root ? "." : slash ? slash + 1 : copy;
+    if (!root && slash)
+        *slash = '\0';
+    const char *parent = root ? "/workspace" : slash ? (copy[0] ? copy : "/") : "/workspace";
+    _cleanup_free_ char *canonical = NULL;
+    _cleanup_close_ int dir = ws_dir_open(&t, parent, strlen(parent), &canonical, err);
+    if (dir < 0)
+        return NULL;
+    struct stat st;
+    if (strchr(name, '/') || strcmp(name, "..") == 0 ||
+        fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+        sl_error_set(err, SL_E_INVALID_ARGUMENT, errno, "path does not exist");
+        return NULL;
+    }
+    const char *type = S_ISDIR(st.st_mode) ? "directory" : S_ISLNK(st.st_mode) ? "symlink"
+                       : S_ISREG(st.st_mode)                                  ? "file"
+                                                                              : "other";
+    json_t *doc = json_pack("{s:s,s:I,s:f,s:i}", "type", type, "size_bytes", (json_int_t)st.st_size,
+                            "modified_at",
+                            (double)st.st_mtim.tv_sec + (double)st.st_mtim.tv_nsec / 1e9, "mode",
+                            (int)(st.st_mode & 07777));
+    if (doc && S_ISLNK(st.st_mode)) {
+        char target[4096];
+        ssize_t len = readlinkat(dir, name, target, sizeof(target) - 1);
+        if (len >= 0)
+            json_object_set_new(doc, "symlink_target", bytes_json(target, (size_t)len));
+    }
+    file_done(svc, sandbox_id, generation);
+    return checked(doc, err);
 }
 
 json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t generation,

@@ -264,6 +264,9 @@ int64_t svc_template_total(struct sl_service *svc);
 void svc_execs_forget(struct sl_service *svc, const char *sandbox_id);
 /* Executions of this sandbox running on this worker now. */
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id);
+/* SIGKILL to every execution of this sandbox running here (their process
+ * groups; they then end through their normal path): how many were sent. */
+int svc_execs_kill(struct sl_service *svc, const char *sandbox_id);
 /* Terminals (service/terminal.c over exec.c's table): a running one's log
  * and master, counted as attached; how many run (sandbox_id NULL: on the
  * worker); end those alone past SANDBOX_TERMINAL_IDLE_SECONDS. */
@@ -272,6 +275,9 @@ int svc_terminal_take(struct sl_service *svc, const char *sandbox_id, const char
                       struct sl_terminal *out, struct sl_error *err);
 int svc_terminals_count(struct sl_service *svc, const char *sandbox_id);
 void svc_terminals_cycle(struct sl_service *svc);
+/* service/e2b.c: E2B sandboxes of this worker past their deadline are
+ * killed or paused (every second). */
+void svc_e2b_cycle(struct sl_service *svc);
 
 /* service/exec.c: set up / stop the execution table and completion pool. */
 int svc_execs_start(struct sl_service *svc, struct sl_error *err);

@@ -487,6 +487,7 @@ static void *service_loop(void *arg)
         /* Terminals left alone end within a second of their idle limit. */
         if (now >= next_term) {
             svc_terminals_cycle(svc);
+            svc_e2b_cycle(svc);
             next_term = now + 1000000;
         }
         if (now >= next_maint) {

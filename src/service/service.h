@@ -243,6 +243,57 @@ void sl_terminal_clear(struct sl_terminal *t);
 int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                         unsigned port, int64_t timeout_ms, int *fd, struct sl_error *err);
 
+/* Ours: the executions of a sandbox running on this worker whose exec_id
+ * starts with `prefix`: [{"exec_id", "request"}] (the stored request
+ * object). NULL when out of memory. */
+json_t *sl_svc_execs_running_list(struct sl_service *svc, const char *sandbox_id,
+                                  const char *prefix);
+
+/* E2B sandboxes (service/e2b.c; their protocol is e2b/). A sandbox made
+ * through E2B's control plane is a route like any other (resolved and
+ * connected at once, in its tenant's namespace) with a row of
+ * agent_sandbox_e2b beside it: template, metadata, environment and a
+ * lifetime deadline that the service enforces itself (kill or pause when
+ * it passes, within a second). Every function takes the stored id. 404
+ * SANDBOX_NOT_FOUND for an id with no E2B row or a released route; 503
+ * E2B_UNAVAILABLE when the store has no E2B table. */
+struct sl_e2b_sandbox;
+struct sl_e2b_new {
+    const char *sandbox_id;    /* stored id, fresh */
+    const char *scope;         /* stored workspace scope */
+    const char *owner;         /* the tenant (its templates), NULL for the operator */
+    const char *template_id;   /* "base" and "code-interpreter-v1": a plain sandbox */
+    const char *metadata_json; /* object text or NULL */
+    const char *env_json;      /* object text or NULL */
+    int64_t timeout_seconds;
+    bool pause_on_timeout;
+    const char *actor;         /* the route history's creator (NULL: the scope's) */
+};
+int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
+                      struct sl_e2b_sandbox *out, struct sl_error *err);
+int sl_svc_e2b_get(struct sl_service *svc, const char *sandbox_id, struct sl_e2b_sandbox *out,
+                   struct sl_error *err);
+/* A new deadline, timeout_seconds from now. */
+int sl_svc_e2b_set_timeout(struct sl_service *svc, const char *sandbox_id,
+                           int64_t timeout_seconds, struct sl_error *err);
+/* Files-only pause: every process is stopped (E2B's running processes
+ * with it), the files kept; 409 SANDBOX_ALREADY_PAUSED when it is. */
+int sl_svc_e2b_pause(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+/* Awake (resumed when paused: *resumed) with a deadline timeout_seconds
+ * from now (0: the one it has, or the default when that has passed). */
+int sl_svc_e2b_connect(struct sl_service *svc, const char *sandbox_id, int64_t timeout_seconds,
+                       bool *resumed, struct sl_e2b_sandbox *out, struct sl_error *err);
+/* Those not released whose stored id starts with id_prefix (NULL: all),
+ * after `after`, by id (store.h's e2b_list). */
+int sl_svc_e2b_list(struct sl_service *svc, const char *id_prefix, const char *after,
+                    int64_t limit, struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err);
+int sl_svc_e2b_kill(struct sl_service *svc, const char *sandbox_id, const char *actor,
+                    struct sl_error *err);
+/* The generation a sandbox is at now (live here, else its route's), for
+ * calls that carry none (E2B's, a browser's). */
+int sl_svc_current_generation(struct sl_service *svc, const char *sandbox_id,
+                              int64_t *generation, struct sl_error *err);
+
 /* API.md §3.11: {"cancelled": bool}. */
 json_t *sl_svc_exec_cancel(struct sl_service *svc, const char *sandbox_id, const char *exec_id,
                            int64_t generation, struct sl_error *err);
@@ -277,6 +328,18 @@ json_t *sl_svc_file_write(struct sl_service *svc, const char *sandbox_id, int64_
                           struct sl_file_path path, const char *b64, size_t b64_len,
                           struct sl_error *err);
 json_t *sl_svc_file_read(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         struct sl_file_path path, struct sl_error *err);
+/* Ours, for E2B's envd: the bytes as they are (no base64 either way), and
+ * one entry's stat ({"type", "size_bytes", "modified_at", "mode",
+ * "symlink_target"?}, never following a link; the file API's path rules,
+ * "path does not exist" when absent). */
+struct sl_buf;
+json_t *sl_svc_file_write_bytes(struct sl_service *svc, const char *sandbox_id,
+                                int64_t generation, struct sl_file_path path, const char *data,
+                                size_t len, struct sl_error *err);
+int sl_svc_file_read_bytes(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                           struct sl_file_path path, struct sl_buf *out, struct sl_error *err);
+json_t *sl_svc_file_stat(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                          struct sl_file_path path, struct sl_error *err);
 json_t *sl_svc_file_list(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                          struct sl_file_path path, int64_t limit, int64_t offset,

@@ -168,8 +168,9 @@ static void openapi_matches_router(void **state)
     for (size_t i = 0; i < sl_routes_len; i++) {
         const struct sl_route_def *r = &sl_routes[i];
         if (strcmp(r->pattern, "/admin") == 0 || strncmp(r->pattern, "/admin/", 7) == 0 ||
-            strncmp(r->pattern, "/docs/", 6) == 0 || r->internal)
-            continue; /* pages and their assets, and the worker protocol, are not the API */
+            strncmp(r->pattern, "/docs/", 6) == 0 || r->internal ||
+            r->credential != SL_CRED_BEARER)
+            continue; /* pages and their assets, the worker protocol and E2B's are not the API */
         /* A tail route's "{*}" is shown as "{path}". */
         char shown[256];
         snprintf(shown, sizeof(shown), "%s", r->pattern);

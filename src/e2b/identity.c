@@ -1,0 +1,143 @@
+/* Who an E2B request is for: its sandbox (headers or host form), its API
+ * key in either spelling, a sandbox's envd access token (e2b.h). */
+#include <ctype.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/validate.h"
+#include "e2b/e2b.h"
+#include "service/api_keys.h"
+#include "service/tenants.h"
+
+static bool dns_label(const char *s, size_t n)
+{
+    if (n == 0 || n > 63)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!islower((unsigned char)s[i]) && !isdigit((unsigned char)s[i]) && s[i] != '-')
+            return false;
+    return true;
+}
+
+char *sl_e2b_rewrite(const char *sandbox_id_header, const char *port_header, const char *host,
+                     const char *domain, const char *url)
+{
+    char id[129];
+    long port = 0;
+    if (sandbox_id_header) {
+        size_t n = strlen(sandbox_id_header);
+        if (n == 0 || n >= sizeof(id) || !sl_v_is_identifier(sandbox_id_header))
+            return NULL;
+        memcpy(id, sandbox_id_header, n + 1);
+        port = port_header ? strtol(port_header, NULL, 10) : SL_E2B_ENVD_PORT;
+    } else if (domain && *domain && host) {
+        /* "<port>-<id>.<domain>[:<listener port>]" */
+        const char *dot = strchr(host, '.');
+        const char *dash = strchr(host, '-');
+        if (!dot || !dash || dash > dot)
+            return NULL;
+        size_t dl = strlen(domain);
+        const char *rest = dot + 1;
+        if (strncmp(rest, domain, dl) != 0 || (rest[dl] != '\0' && rest[dl] != ':'))
+            return NULL;
+        port = strtol(host, NULL, 10);
+        size_t n = (size_t)(dot - dash - 1);
+        if (n >= sizeof(id) || !dns_label(dash + 1, n))
+            return NULL;
+        memcpy(id, dash + 1, n);
+        id[n] = '\0';
+    } else {
+        return NULL;
+    }
+    const char *where = port == SL_E2B_ENVD_PORT          ? "envd"
+                        : port == SL_E2B_INTERPRETER_PORT ? "interpreter"
+                                                          : "port";
+    char *out = NULL;
+    if (asprintf(&out, "/e2b/%s/%s%s%s", where, id, url[0] == '/' ? "" : "/", url) < 0)
+        return NULL;
+    return out;
+}
+
+bool sl_e2b_key_canonical(const char *value, size_t len, char *out, size_t size)
+{
+    const size_t pre = strlen(SL_E2B_KEY_PREFIX);
+    if (len == pre + 60 && strncmp(value, SL_E2B_KEY_PREFIX, pre) == 0) {
+        for (size_t i = pre; i < len; i++)
+            if (!isxdigit((unsigned char)value[i]) || isupper((unsigned char)value[i]))
+                return false;
+        return snprintf(out, size, "sl%.12s_%.48s", value + pre, value + pre + 12) == 63;
+    }
+    if (len + 1 > size)
+        return false;
+    memcpy(out, value, len);
+    out[len] = '\0';
+    return true;
+}
+
+static void token_mac(const char *secret, const char *tenant_id, const char *sandbox_id,
+                      char hex[65])
+{
+    /* A key of its own for this purpose, so an envd token never says
+     * anything about the internal token or another use of it. */
+    unsigned char key[32], mac[32];
+    unsigned int klen = 0, mlen = 0;
+    static const char purpose[] = "sandloom e2b envd access token v1";
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)purpose,
+         sizeof(purpose) - 1, key, &klen);
+    char msg[SL_TENANT_ID_MAX + 1 + 130];
+    int n = snprintf(msg, sizeof(msg), "%s\n%s", tenant_id ? tenant_id : "", sandbox_id);
+    HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, (size_t)n, mac, &mlen);
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < 32; i++) {
+        hex[2 * i] = digits[mac[i] >> 4];
+        hex[2 * i + 1] = digits[mac[i] & 15];
+    }
+    hex[64] = '\0';
+    OPENSSL_cleanse(key, sizeof(key));
+}
+
+void sl_e2b_envd_token(const char *secret, const char *tenant_id, const char *sandbox_id,
+                       char *out)
+{
+    char hex[65];
+    token_mac(secret, tenant_id, sandbox_id, hex);
+    if (tenant_id)
+        snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s", tenant_id, hex);
+    else
+        snprintf(out, SL_E2B_TOKEN_MAX, "%s", hex);
+}
+
+bool sl_e2b_envd_token_check(const char *secret, const char *sandbox_id, const char *token,
+                             size_t len, struct sl_principal *p)
+{
+    if (len != 64 && (len < 66 || len > 64 + 1 + SL_TENANT_ID_MAX))
+        return false;
+    char tenant[SL_TENANT_ID_MAX + 1] = "";
+    const char *mac = token;
+    if (len > 64) {
+        size_t tl = len - 65;
+        if (token[tl] != '.')
+            return false;
+        memcpy(tenant, token, tl);
+        tenant[tl] = '\0';
+        if (!sl_tenant_id_valid(tenant))
+            return false;
+        mac = token + tl + 1;
+    }
+    char want[65];
+    token_mac(secret, tenant[0] ? tenant : NULL, sandbox_id, want);
+    if (CRYPTO_memcmp(want, mac, 64) != 0)
+        return false;
+    *p = (struct sl_principal){.kind = tenant[0] ? SL_PRINCIPAL_TENANT : SL_PRINCIPAL_OPERATOR};
+    if (tenant[0]) {
+        snprintf(p->tenant_id, sizeof(p->tenant_id), "%s", tenant);
+        snprintf(p->key_id, sizeof(p->key_id), "e2b-envd");
+        for (int i = 0; i < SL_LIMIT_COUNT; i++)
+            p->quota[i] = -1;
+    }
+    return true;
+}

@@ -1,0 +1,268 @@
+/* E2B sandboxes: the service half of the E2B protocol (e2b/ is the wire).
+ *
+ * A sandbox made through E2B's control plane is a Sandloom sandbox like
+ * any other: resolved and connected at once (so it is READY when the SDK
+ * gets its id), fenced, limited and recorded the same way, in its
+ * tenant's namespace. What E2B adds is kept in agent_sandbox_e2b beside
+ * the route: the template it was asked for, its metadata and environment,
+ * and a lifetime deadline (E2B's timeout) which this worker enforces
+ * itself once a second for the sandboxes it owns: kill (release) or pause
+ * (the files-only suspend), as the create asked. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/cleanup.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/util.h"
+#include "config/config.h"
+#include "service/internal.h"
+#include "service/service.h"
+#include "store/store.h"
+
+#define E2B_ACTOR "system:e2b-timeout"
+/* The templates E2B's SDKs name by default: a plain sandbox here. */
+#define E2B_TEMPLATE_BASE "base"
+#define E2B_TEMPLATE_INTERPRETER "code-interpreter-v1"
+/* Deadlines acted on per tick. */
+#define E2B_DUE_BATCH 32
+/* How long a pause waits for the killed processes to be recorded. */
+#define E2B_PAUSE_WAIT_US (10 * 1000000LL)
+
+static int e2b_available(struct sl_service *svc, struct sl_error *err)
+{
+    if (svc->store->e2b)
+        return 0;
+    return sl_error_set(err, SL_E_E2B_UNAVAILABLE, 0,
+                        "this database has no E2B table (agent_sandbox_e2b): apply the deploy "
+                        "SQL (deploy/sql/) or enable SANDBOX_DATABASE_AUTO_DDL, then restart");
+}
+
+int sl_svc_current_generation(struct sl_service *svc, const char *sandbox_id,
+                              int64_t *generation, struct sl_error *err)
+{
+    /* Live here: the live table is this worker's word (an exec's admission
+     * re-checks it against the route anyway). */
+    uid_t uid;
+    if (svc_live_current(svc, sandbox_id, generation, &uid) == 0)
+        return 0;
+    struct sl_route r = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+    if (found < 0)
+        return -1;
+    if (found == 0 || strcmp(r.status, "RELEASED") == 0) {
+        sl_route_clear(&r);
+        return sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "no such sandbox");
+    }
+    *generation = r.generation;
+    sl_route_clear(&r);
+    return 0;
+}
+
+int sl_svc_e2b_get(struct sl_service *svc, const char *sandbox_id, struct sl_e2b_sandbox *out,
+                   struct sl_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (e2b_available(svc, err) < 0)
+        return -1;
+    int found = svc->store->ops->e2b_get(svc->store, sandbox_id, out, err);
+    if (found < 0)
+        return -1;
+    if (found == 0 || strcmp(out->status, "RELEASED") == 0 ||
+        strcmp(out->status, "RELEASING") == 0) {
+        sl_e2b_sandbox_clear(out);
+        return sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "no such sandbox");
+    }
+    return 0;
+}
+
+static int64_t generation_of(const json_t *doc)
+{
+    return json_integer_value(json_object_get(doc, "generation"));
+}
+
+int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
+                      struct sl_e2b_sandbox *out, struct sl_error *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (e2b_available(svc, err) < 0)
+        return -1;
+    _cleanup_json_ json_t *route =
+        sl_svc_resolve(svc, n->sandbox_id, n->scope, "coding-default", n->actor, err);
+    if (!route)
+        return sl_error_wrap(err, "resolve the new sandbox");
+    int64_t generation = generation_of(route);
+    _cleanup_json_ json_t *connected = sl_svc_connect(svc, n->sandbox_id, generation, err);
+    /* Any other template is a Sandloom template (the tenant's own first,
+     * then a public one), mounted read-only at /envs/<name>. */
+    bool plain = strcmp(n->template_id, E2B_TEMPLATE_BASE) == 0 ||
+                 strcmp(n->template_id, E2B_TEMPLATE_INTERPRETER) == 0;
+    _cleanup_json_ json_t *attached =
+        connected && !plain
+            ? sl_svc_template_attach(svc, n->sandbox_id, generation, n->owner,
+                                     (const char *const[]){n->template_id}, 1, err)
+            : NULL;
+    struct sl_e2b_sandbox row = {.started_at = sl_now_us()};
+    snprintf(row.sandbox_id, sizeof(row.sandbox_id), "%s", n->sandbox_id);
+    snprintf(row.template_id, sizeof(row.template_id), "%s", n->template_id);
+    snprintf(row.on_timeout, sizeof(row.on_timeout), "%s", n->pause_on_timeout ? "pause" : "kill");
+    row.metadata_json = (char *)n->metadata_json;
+    row.env_json = (char *)n->env_json;
+    row.end_at = row.started_at + n->timeout_seconds * 1000000;
+    int inserted = connected && (plain || attached)
+                       ? svc->store->ops->e2b_insert(svc->store, &row, err)
+                       : -1;
+    if (inserted == 0)
+        sl_error_set(err, SL_E_INTERNAL, 0, "a new E2B sandbox's id is taken");
+    if (inserted != 1) {
+        /* Nothing half-made is left: the route is released at once. */
+        struct sl_error undo = {0};
+        json_t *gone = svc_release(svc, n->sandbox_id, "CLIENT_RELEASE", n->actor, &undo);
+        if (!gone)
+            sl_warn("e2b: cannot release the sandbox of a failed create: %s",
+                    sl_error_text(&undo));
+        json_decref(gone);
+        return -1;
+    }
+    return sl_svc_e2b_get(svc, n->sandbox_id, out, err);
+}
+
+int sl_svc_e2b_set_timeout(struct sl_service *svc, const char *sandbox_id,
+                           int64_t timeout_seconds, struct sl_error *err)
+{
+    struct sl_e2b_sandbox e;
+    if (sl_svc_e2b_get(svc, sandbox_id, &e, err) < 0)
+        return -1;
+    sl_e2b_sandbox_clear(&e);
+    int64_t now = sl_now_us();
+    int rc = svc->store->ops->e2b_set_end(svc->store, sandbox_id, now + timeout_seconds * 1000000,
+                                          NULL, now, err);
+    if (rc == 0)
+        return sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "no such sandbox");
+    return rc < 0 ? -1 : 0;
+}
+
+/* Files-only: an E2B pause stops what runs (E2B keeps it; this backend
+ * cannot), so its processes are killed and recorded first, then the
+ * sandbox is suspended as any other. */
+static int pause_now(struct sl_service *svc, const struct sl_e2b_sandbox *e, struct sl_error *err)
+{
+    if (svc_execs_kill(svc, e->sandbox_id) > 0) {
+        int64_t until = sl_mono_us() + E2B_PAUSE_WAIT_US;
+        while (svc_execs_running(svc, e->sandbox_id) > 0 && sl_mono_us() < until)
+            usleep(10000);
+        /* The completion writes the record after it leaves the table. */
+        for (int i = 0; i < 100; i++) {
+            struct sl_route r = {0};
+            int found = svc->store->ops->route_get(svc->store, e->sandbox_id, &r, err);
+            bool busy = found == 1 && r.active_exec_id;
+            sl_route_clear(&r);
+            if (found < 0)
+                return -1;
+            if (!busy)
+                break;
+            usleep(20000);
+        }
+    }
+    _cleanup_json_ json_t *doc = sl_svc_suspend(svc, e->sandbox_id, e->generation, err);
+    return doc ? 0 : -1;
+}
+
+int sl_svc_e2b_pause(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    struct sl_e2b_sandbox e;
+    if (sl_svc_e2b_get(svc, sandbox_id, &e, err) < 0)
+        return -1;
+    int rc;
+    if (strcmp(e.status, "SUSPENDED") == 0 || strcmp(e.status, "SUSPENDING") == 0)
+        rc = sl_error_set(err, SL_E_ALREADY_PAUSED, 0, "the sandbox is already paused");
+    else
+        rc = pause_now(svc, &e, err);
+    sl_e2b_sandbox_clear(&e);
+    return rc;
+}
+
+int sl_svc_e2b_connect(struct sl_service *svc, const char *sandbox_id, int64_t timeout_seconds,
+                       bool *resumed, struct sl_e2b_sandbox *out, struct sl_error *err)
+{
+    *resumed = false;
+    if (sl_svc_e2b_get(svc, sandbox_id, out, err) < 0)
+        return -1;
+    if (strcmp(out->status, "SUSPENDED") == 0 || strcmp(out->status, "SUSPENDING") == 0) {
+        _cleanup_json_ json_t *doc = sl_svc_resume(svc, sandbox_id, err);
+        if (!doc) {
+            sl_e2b_sandbox_clear(out);
+            return -1;
+        }
+        *resumed = true;
+    }
+    int64_t now = sl_now_us();
+    if (timeout_seconds <= 0 && out->end_at <= now)
+        timeout_seconds = svc->cfg->e2b_default_timeout_seconds;
+    if (timeout_seconds > 0 &&
+        svc->store->ops->e2b_set_end(svc->store, sandbox_id, now + timeout_seconds * 1000000,
+                                     NULL, now, err) < 0) {
+        sl_e2b_sandbox_clear(out);
+        return -1;
+    }
+    sl_e2b_sandbox_clear(out);
+    return sl_svc_e2b_get(svc, sandbox_id, out, err);
+}
+
+int sl_svc_e2b_list(struct sl_service *svc, const char *id_prefix, const char *after,
+                    int64_t limit, struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (e2b_available(svc, err) < 0)
+        return -1;
+    return svc->store->ops->e2b_list(svc->store, id_prefix, after, limit, out, n, err);
+}
+
+int sl_svc_e2b_kill(struct sl_service *svc, const char *sandbox_id, const char *actor,
+                    struct sl_error *err)
+{
+    struct sl_e2b_sandbox e;
+    if (sl_svc_e2b_get(svc, sandbox_id, &e, err) < 0)
+        return -1;
+    sl_e2b_sandbox_clear(&e);
+    _cleanup_json_ json_t *doc = svc_release(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
+    return doc ? 0 : -1;
+}
+
+void svc_e2b_cycle(struct sl_service *svc)
+{
+    if (!svc->store->e2b)
+        return;
+    struct sl_error err = {0};
+    struct sl_e2b_sandbox *due = NULL;
+    size_t n = 0;
+    if (svc->store->ops->e2b_due(svc->store, sl_svc_worker_id(svc), sl_now_us(), E2B_DUE_BATCH,
+                                 &due, &n, &err) < 0) {
+        sl_warn("e2b: cannot read the sandboxes past their timeout: %s", sl_error_text(&err));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct sl_e2b_sandbox *e = &due[i];
+        struct sl_error e_err = {0};
+        bool pause = strcmp(e->on_timeout, "pause") == 0;
+        int rc;
+        if (pause) {
+            rc = pause_now(svc, e, &e_err);
+        } else {
+            json_t *doc = svc_release(svc, e->sandbox_id, "E2B_TIMEOUT", E2B_ACTOR, &e_err);
+            rc = doc ? 0 : -1;
+            json_decref(doc);
+        }
+        if (rc < 0)
+            sl_warn("e2b: sandbox %s past its timeout could not be %s: %s", e->sandbox_id,
+                    pause ? "paused" : "killed", sl_error_text(&e_err));
+        else
+            sl_info("e2b: sandbox %s %s at the end of its timeout", e->sandbox_id,
+                    pause ? "paused" : "killed");
+    }
+    sl_e2b_sandboxes_free(due, n);
+}
