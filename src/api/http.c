@@ -1225,7 +1225,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                                               "E2b-Sandbox-Port"),
                                   MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                               MHD_HTTP_HEADER_HOST),
-                                  http->cfg->e2b_domain, url);
+                                  http->cfg->e2b_domain,
+                                  MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                              "X-Access-Token"),
+                                  url);
         if (e2b) {
             free(by_host);
             by_host = e2b;

@@ -38,10 +38,12 @@
 #define SL_E2B_ENVD_PREFIX "/e2b/envd/"
 
 /* The path an E2B sandbox request is served at, or NULL when the request
- * is not one: by its E2b-Sandbox-Id and E2b-Sandbox-Port headers, or by a
- * Host of `<port>-<id>.<domain>` when `domain` is set. malloc'd. */
+ * is not one: by its E2b-Sandbox-Id and E2b-Sandbox-Port headers, by a
+ * Host of `<port>-<id>.<domain>` when `domain` is set, or by the sandbox
+ * its X-Access-Token names (older SDKs' REST calls carry no sandbox
+ * header). malloc'd. */
 char *sl_e2b_rewrite(const char *sandbox_id_header, const char *port_header, const char *host,
-                     const char *domain, const char *url);
+                     const char *domain, const char *access_token, const char *url);
 
 /* E2B's API key spelling of a tenant key: "e2b_" and the key's 60 hex
  * digits (its key_id's 12 and its secret's 48). The Python SDK refuses any
@@ -54,9 +56,10 @@ bool sl_e2b_key_canonical(const char *value, size_t len, char *out, size_t size)
 /* The envd access token of a sandbox: an HMAC-SHA256, under a key derived
  * from the internal token (a fleet shares it), of the owning tenant and
  * the sandbox's E2B id, so any replica can check it with no lookup and a
- * token opens one sandbox only. A tenant's token is "<tenant_id>.<hex>",
- * the operator's "<hex>". out: at least SL_E2B_TOKEN_MAX bytes. */
-#define SL_E2B_TOKEN_MAX 112
+ * token opens one sandbox only. It names what it was made for: a
+ * tenant's is "<tenant_id>.<sandbox id>.<hex>", the operator's
+ * "<sandbox id>.<hex>". out: at least SL_E2B_TOKEN_MAX bytes. */
+#define SL_E2B_TOKEN_MAX 240
 void sl_e2b_envd_token(const char *secret, const char *tenant_id, const char *sandbox_id,
                        char *out);
 /* Who a token speaks for, checked in constant time against the sandbox

@@ -23,12 +23,34 @@ static bool dns_label(const char *s, size_t n)
     return true;
 }
 
+/* The sandbox an access token names ("[<tenant>.]<id>.<mac>"), in id. */
+static bool token_sandbox(const char *token, char *id, size_t size)
+{
+    const char *mac = token ? strrchr(token, '.') : NULL;
+    if (!mac || mac == token)
+        return false;
+    const char *start = mac - 1;
+    while (start > token && start[-1] != '.')
+        start--;
+    size_t n = (size_t)(mac - start);
+    if (n == 0 || n >= size)
+        return false;
+    memcpy(id, start, n);
+    id[n] = '\0';
+    return sl_v_is_identifier(id);
+}
+
 char *sl_e2b_rewrite(const char *sandbox_id_header, const char *port_header, const char *host,
-                     const char *domain, const char *url)
+                     const char *domain, const char *access_token, const char *url)
 {
     char id[129];
     long port = 0;
-    if (sandbox_id_header) {
+    if (!sandbox_id_header && access_token && (!domain || !*domain || !host || !strchr(host, '-')) &&
+        token_sandbox(access_token, id, sizeof(id))) {
+        /* Older SDKs (e2b 2.7) send envd's REST calls (/files) without
+         * the sandbox headers: the access token names its sandbox. */
+        port = SL_E2B_ENVD_PORT;
+    } else if (sandbox_id_header) {
         size_t n = strlen(sandbox_id_header);
         if (n == 0 || n >= sizeof(id) || !sl_v_is_identifier(sandbox_id_header))
             return NULL;
@@ -106,31 +128,32 @@ void sl_e2b_envd_token(const char *secret, const char *tenant_id, const char *sa
     char hex[65];
     token_mac(secret, tenant_id, sandbox_id, hex);
     if (tenant_id)
-        snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s", tenant_id, hex);
+        snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s.%s", tenant_id, sandbox_id, hex);
     else
-        snprintf(out, SL_E2B_TOKEN_MAX, "%s", hex);
+        snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s", sandbox_id, hex);
 }
 
 bool sl_e2b_envd_token_check(const char *secret, const char *sandbox_id, const char *token,
                              size_t len, struct sl_principal *p)
 {
-    if (len != 64 && (len < 66 || len > 64 + 1 + SL_TENANT_ID_MAX))
+    /* "[<tenant>.]<sandbox_id>.<64 hex>", for exactly this sandbox. */
+    size_t idl = strlen(sandbox_id);
+    if (len < idl + 65 || len > SL_TENANT_ID_MAX + 1 + idl + 65 || token[len - 65] != '.' ||
+        strncmp(token + len - 65 - idl, sandbox_id, idl) != 0)
         return false;
+    size_t tl = len - 65 - idl;
     char tenant[SL_TENANT_ID_MAX + 1] = "";
-    const char *mac = token;
-    if (len > 64) {
-        size_t tl = len - 65;
-        if (token[tl] != '.')
+    if (tl > 0) {
+        if (tl < 2 || token[tl - 1] != '.')
             return false;
-        memcpy(tenant, token, tl);
-        tenant[tl] = '\0';
+        memcpy(tenant, token, tl - 1);
+        tenant[tl - 1] = '\0';
         if (!sl_tenant_id_valid(tenant))
             return false;
-        mac = token + tl + 1;
     }
     char want[65];
     token_mac(secret, tenant[0] ? tenant : NULL, sandbox_id, want);
-    if (CRYPTO_memcmp(want, mac, 64) != 0)
+    if (CRYPTO_memcmp(want, token + len - 64, 64) != 0)
         return false;
     *p = (struct sl_principal){.kind = tenant[0] ? SL_PRINCIPAL_TENANT : SL_PRINCIPAL_OPERATOR};
     if (tenant[0]) {

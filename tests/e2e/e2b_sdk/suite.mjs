@@ -1,0 +1,294 @@
+// E2B's official JavaScript SDKs, unmodified, against Sandloom
+// (tests/e2e/test_e2b_sdk.py runs this and asserts on what it prints).
+//
+// Usage: node suite.mjs <sdk> <scenario>...   (sdk: "e2b" or "e2b-old")
+// Environment: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY (tenant A),
+// OTHER_KEY (tenant B). Prints one JSON object: {scenario: facts} where
+// facts are what the SDK returned or raised, for Python to check. A
+// scenario that throws records {"thrown": {name, message}}.
+
+const [sdkName, ...wanted] = process.argv.slice(2)
+const { Sandbox } = await import(sdkName)
+const codeInterpreter = sdkName === 'e2b' ? await import('@e2b/code-interpreter') : null
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const errorFacts = (e) => ({
+  name: e?.constructor?.name ?? typeof e,
+  message: String(e?.message ?? e),
+  exitCode: e?.exitCode,
+  stdout: e?.stdout,
+  stderr: e?.stderr,
+})
+const made = []
+async function create(opts) {
+  const sbx = await Sandbox.create({ timeoutMs: 120_000, ...opts })
+  made.push(sbx)
+  return sbx
+}
+
+const scenarios = {
+  // The JS quickstart: a sandbox, a command, files.
+  async quickstart() {
+    const sbx = await create()
+    const run = await sbx.commands.run('echo hello from $(pwd); echo oops >&2; id -u')
+    await sbx.files.write('/home/user/notes.txt', 'first line\n')
+    await sbx.files.write('rel.txt', 'relative')
+    const read = await sbx.files.read('/home/user/notes.txt')
+    const readRel = await sbx.files.read('/home/user/rel.txt')
+    const bytes = await sbx.files.read('notes.txt', { format: 'bytes' })
+    const list = (await sbx.files.list('/home/user')).map((e) => [e.name, e.type, e.path]).sort()
+    const existsYes = await sbx.files.exists('notes.txt')
+    const existsNo = await sbx.files.exists('missing.txt')
+    const mk = await sbx.files.makeDir('/home/user/dir/sub')
+    const mkAgain = await sbx.files.makeDir('/home/user/dir/sub')
+    const renamed = await sbx.files.rename('/home/user/notes.txt', '/home/user/dir/moved.txt')
+    const info = await sbx.files.getInfo('/home/user/dir/moved.txt')
+    const deep = (await sbx.files.list('/home/user', { depth: 3 })).map((e) => e.path).sort()
+    const seenByShell = await sbx.commands.run('cat dir/moved.txt; ls /workspace/dir')
+    await sbx.files.remove('/home/user/dir')
+    const gone = await sbx.files.exists('/home/user/dir')
+    let readMissing
+    try {
+      await sbx.files.read('nope.txt')
+    } catch (e) {
+      readMissing = errorFacts(e)
+    }
+    let outside
+    try {
+      await sbx.files.write('/etc/passwd', 'x')
+    } catch (e) {
+      outside = errorFacts(e)
+    }
+    return {
+      id: sbx.sandboxId,
+      run: { stdout: run.stdout, stderr: run.stderr, exitCode: run.exitCode },
+      read, readRel, bytesLength: bytes.length, list, existsYes, existsNo, mk, mkAgain,
+      renamed: { name: renamed.name, path: renamed.path, type: renamed.type },
+      info: { size: info.size, type: info.type, permissions: info.permissions, owner: info.owner,
+              modified: info.modifiedTime instanceof Date && !isNaN(info.modifiedTime) },
+      deep, seenByShell: seenByShell.stdout, gone, readMissing, outside,
+    }
+  },
+
+  // A background command's output arrives as it is made, not at its end.
+  async background() {
+    const sbx = await create()
+    const t0 = Date.now()
+    const chunks = []
+    const handle = await sbx.commands.run(
+      'for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.4; done',
+      {
+        background: true,
+        onStdout: (d) => chunks.push(['stdout', d, Date.now() - t0]),
+        onStderr: (d) => chunks.push(['stderr', d, Date.now() - t0]),
+      })
+    const result = await handle.wait()
+    return { pid: handle.pid, chunks, elapsed: Date.now() - t0, stdout: result.stdout,
+             stderr: result.stderr, exitCode: result.exitCode }
+  },
+
+  // Listed while it runs, reconnected to with its output replayed, killed;
+  // wait() then raises.
+  async processes() {
+    const sbx = await create()
+    const handle = await sbx.commands.run('echo started; sleep 60', { background: true })
+    await sleep(500)
+    const listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
+    const replay = []
+    const again = await sbx.commands.connect(handle.pid, { onStdout: (d) => replay.push(d) })
+    await sleep(300)
+    const killed = await sbx.commands.kill(handle.pid)
+    const killedAgain = await sbx.commands.kill(handle.pid)
+    let waited
+    try {
+      await handle.wait()
+    } catch (e) {
+      waited = errorFacts(e)
+    }
+    let reconnectWaited
+    try {
+      await again.wait()
+    } catch (e) {
+      reconnectWaited = errorFacts(e)
+    }
+    const after = await sbx.commands.list()
+    let failed
+    try {
+      await sbx.commands.run('echo partial; exit 3')
+    } catch (e) {
+      failed = errorFacts(e)
+    }
+    return { pid: handle.pid, listed, replay: replay.join(''), killed, killedAgain, waited,
+             reconnectWaited, after: after.length, failed }
+  },
+
+  // stdin: written while the command runs, then closed.
+  async stdin() {
+    const sbx = await create()
+    const handle = await sbx.commands.run('cat; echo done', { background: true, stdin: true })
+    await sbx.commands.sendStdin(handle.pid, 'hello ')
+    await sbx.commands.sendStdin(handle.pid, 'stdin\n')
+    await sbx.commands.closeStdin(handle.pid)
+    const result = await handle.wait()
+    return { stdout: result.stdout }
+  },
+
+  // The sandbox's envVars reach every command; a command's own win.
+  async environment() {
+    const sbx = await create({ envs: { GREETING: 'from-create', OTHER: 'kept' } })
+    const a = await sbx.commands.run('echo $GREETING $OTHER')
+    const b = await sbx.commands.run('echo $GREETING $OTHER', { envs: { GREETING: 'from-run' } })
+    const cwd = await sbx.commands.run('pwd', { cwd: '/tmp' })
+    const root = await sbx.commands.run('id -u', { user: 'root' })
+    let stranger
+    try {
+      await sbx.commands.run('id -u', { user: 'alice' })
+    } catch (e) {
+      stranger = errorFacts(e)
+    }
+    return { a: a.stdout, b: b.stdout, cwd: cwd.stdout, root: root.stdout, stranger }
+  },
+
+  // list, getInfo, setTimeout, pause, connect (resume), kill.
+  async lifecycle() {
+    const sbx = await create({ metadata: { suite: 'lifecycle', run: String(process.pid) } })
+    await sbx.files.write('kept.txt', 'survives a pause')
+    const info = await sbx.getInfo()
+    await sbx.setTimeout(300_000)
+    const later = await sbx.getInfo()
+    const listed = await Sandbox.list({ query: { metadata: { run: String(process.pid) } } }).nextItems()
+    // 2.7 names it betaPause.
+    const pause = () => (sbx.pause ?? sbx.betaPause).call(sbx)
+    const paused = await pause()
+    let pausedAgain
+    try {
+      pausedAgain = await pause()
+    } catch (e) {
+      pausedAgain = errorFacts(e)
+    }
+    const whilePaused = await Sandbox.getInfo(sbx.sandboxId)
+    const listedPaused = await Sandbox.list({ query: { state: ['paused'], metadata: { run: String(process.pid) } } }).nextItems()
+    const resumed = await Sandbox.connect(sbx.sandboxId)
+    const afterResume = await resumed.getInfo()
+    const file = await resumed.files.read('kept.txt')
+    const run = await resumed.commands.run('echo awake')
+    const killed = (await resumed.kill()) ?? null // 2.7 answers nothing
+    const killedAgain = await Sandbox.kill(sbx.sandboxId)
+    let infoAfterKill
+    try {
+      await Sandbox.getInfo(sbx.sandboxId)
+    } catch (e) {
+      infoAfterKill = errorFacts(e)
+    }
+    return {
+      id: sbx.sandboxId,
+      info: { state: info.state, templateId: info.templateId, metadata: info.metadata,
+              startedAt: info.startedAt.toISOString(), endAt: info.endAt.toISOString() },
+      laterEnd: later.endAt.toISOString(),
+      listed: listed.map((s) => [s.sandboxId, s.state]),
+      paused, pausedAgain, whilePaused: whilePaused.state,
+      listedPaused: listedPaused.map((s) => [s.sandboxId, s.state]),
+      afterResume: afterResume.state, file, run: run.stdout, killed, killedAgain, infoAfterKill,
+    }
+  },
+
+  // Pages of a listing follow x-next-token.
+  async paging() {
+    const tag = `paging-${process.pid}`
+    for (let i = 0; i < 3; i++) await create({ metadata: { tag } })
+    const paginator = Sandbox.list({ query: { metadata: { tag } }, limit: 2 })
+    const first = await paginator.nextItems()
+    const hasNextAfterFirst = paginator.hasNext
+    const second = await paginator.nextItems()
+    return { first: first.length, hasNextAfterFirst, second: second.length,
+             hasNextAfterSecond: paginator.hasNext,
+             distinct: new Set([...first, ...second].map((s) => s.sandboxId)).size }
+  },
+
+  // A sandbox past its timeout is killed by the service.
+  async lifetime() {
+    const sbx = await Sandbox.create({ timeoutMs: 2_000 })
+    const before = await sbx.isRunning()
+    await sleep(4_500)
+    let info
+    try {
+      await Sandbox.getInfo(sbx.sandboxId)
+    } catch (e) {
+      info = errorFacts(e)
+    }
+    const killed = await Sandbox.kill(sbx.sandboxId)
+    const paused = await Sandbox.create({ timeoutMs: 2_000, lifecycle: { onTimeout: 'pause' } })
+    made.push(paused)
+    await sleep(4_500)
+    const pausedInfo = await Sandbox.getInfo(paused.sandboxId)
+    return { before, info, killed, pausedState: pausedInfo.state }
+  },
+
+  // Another tenant's key sees nothing of this tenant's sandbox, and this
+  // sandbox's envd token opens no other sandbox.
+  async tenants() {
+    const mine = await create()
+    const theirs = await Sandbox.create({ apiKey: process.env.OTHER_KEY, timeoutMs: 120_000 })
+    made.push(theirs)
+    let info
+    try {
+      await Sandbox.getInfo(mine.sandboxId, { apiKey: process.env.OTHER_KEY })
+    } catch (e) {
+      info = errorFacts(e)
+    }
+    const killed = await Sandbox.kill(mine.sandboxId, { apiKey: process.env.OTHER_KEY })
+    let connect
+    try {
+      await Sandbox.connect(mine.sandboxId, { apiKey: process.env.OTHER_KEY })
+    } catch (e) {
+      connect = errorFacts(e)
+    }
+    const listed = (await Sandbox.list({ apiKey: process.env.OTHER_KEY }).nextItems()).map((s) => s.sandboxId)
+    // Their sandbox's envd with my token: refused.
+    const res = await fetch(`${process.env.E2B_SANDBOX_URL}/health`, {
+      headers: { 'E2b-Sandbox-Id': theirs.sandboxId, 'X-Access-Token': mine.envdAccessToken ?? '' },
+    })
+    const stillRuns = await mine.commands.run('echo mine')
+    return { info, killed, connect, listed, mine: mine.sandboxId, theirs: theirs.sandboxId,
+             crossToken: res.status, stillRuns: stillRuns.stdout }
+  },
+
+  // What this service does not do answers clearly.
+  async unsupported() {
+    const facts = {}
+    try {
+      await Sandbox.create({ volumeMounts: { '/data': 'vol' } })
+    } catch (e) {
+      facts.volumes = errorFacts(e)
+    }
+    const sbx = await create()
+    try {
+      await sbx.createSnapshot()
+    } catch (e) {
+      facts.snapshot = errorFacts(e)
+    }
+    try {
+      await sbx.pause({ keepMemory: true })
+    } catch (e) {
+      facts.memoryPause = errorFacts(e)
+    }
+    return facts
+  },
+}
+
+const results = {}
+for (const name of wanted) {
+  try {
+    results[name] = await scenarios[name]()
+  } catch (e) {
+    results[name] = { thrown: errorFacts(e) }
+  }
+}
+for (const sbx of made) {
+  try {
+    await Sandbox.kill(sbx.sandboxId, sbx.connectionConfig?.apiKey ? { apiKey: sbx.connectionConfig.apiKey } : undefined)
+  } catch {
+    // best effort: the daemon goes at the end of the module anyway
+  }
+}
+console.log(JSON.stringify(results))
