@@ -51,7 +51,56 @@ struct fs_watch {
     char *sending; /* what the reader hands out (taken from the queue) */
     size_t sending_len, sending_pos;
     int refs; /* the registry's and the reader's */
+    struct sl_watch_encoder enc; /* the framing: SSE unless another's */
+    bool begun;                  /* enc.begin's bytes are out */
 };
+
+/* ---- Server-Sent Events, the API's own framing (fs_watch.h) ---- */
+
+static int sse_event(void *ctx, uint64_t seq, const char *type, const char *kind,
+                     const char *path, const char *from, struct sl_buf *out)
+{
+    (void)ctx;
+    json_t *doc = json_pack("{s:s,s:s,s:s}", "type", type, "path", path, "kind", kind);
+    if (doc && from)
+        json_object_set_new(doc, "from", json_string(from));
+    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    char head[64];
+    int n = snprintf(head, sizeof(head), "id: %llu\nevent: fs\ndata: ", (unsigned long long)seq);
+    int rc = text && sl_buf_append(out, head, (size_t)n) == 0 &&
+                     sl_buf_append(out, text, strlen(text)) == 0 &&
+                     sl_buf_append(out, "\n\n", 2) == 0
+                 ? 0
+                 : -1;
+    free(text);
+    return rc;
+}
+
+static int sse_overflow(void *ctx, uint64_t dropped, struct sl_buf *out)
+{
+    (void)ctx;
+    char line[96];
+    int n = snprintf(line, sizeof(line), "event: overflow\ndata: {\"dropped\":%llu}\n\n",
+                     (unsigned long long)dropped);
+    return sl_buf_append(out, line, (size_t)n);
+}
+
+static int sse_keepalive(void *ctx, struct sl_buf *out)
+{
+    (void)ctx;
+    return sl_buf_append(out, ": keepalive\n\n", 13);
+}
+
+static int sse_end(void *ctx, struct sl_buf *out)
+{
+    (void)ctx;
+    static const char end[] = "event: end\ndata: {\"reason\":\"deleted\"}\n\n";
+    return sl_buf_append(out, end, sizeof(end) - 1);
+}
+
+static const struct sl_watch_encoder SSE = {
+    .event = sse_event, .overflow = sse_overflow, .keepalive = sse_keepalive, .end = sse_end};
 
 static struct {
     pthread_mutex_t lock;
@@ -87,6 +136,8 @@ static void watch_put(struct fs_watch *w)
     sl_buf_free(&w->queue);
     free(w->sending);
     free(w->canonical);
+    if (w->enc.release)
+        w->enc.release(w->enc.ctx);
     pthread_mutex_destroy(&w->lock);
     free(w);
 }
@@ -189,19 +240,10 @@ static void enqueue(struct fs_watch *w, const char *type, const char *kind, cons
 {
     if (strcmp(type, "modify") == 0 && strcmp(w->last_modify, path) == 0)
         return; /* the same file written again before the reader came */
-    json_t *doc = json_pack("{s:s,s:s,s:s}", "type", type, "path", path, "kind", kind);
-    if (doc && from)
-        json_object_set_new(doc, "from", json_string(from));
-    char *text = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    char head[64];
-    int n = snprintf(head, sizeof(head),
-                     "id: %llu\nevent: fs\ndata: ", (unsigned long long)(w->seq + 1));
-    size_t need = text ? (size_t)n + strlen(text) + 2 : 0;
-    if (!text || w->queued >= SL_WATCH_QUEUE || w->queue.len + need > QUEUE_BYTES ||
-        sl_buf_append(&w->queue, head, (size_t)n) < 0 ||
-        sl_buf_append(&w->queue, text, strlen(text)) < 0 ||
-        sl_buf_append(&w->queue, "\n\n", 2) < 0) {
+    size_t before = w->queue.len;
+    if (w->queued >= SL_WATCH_QUEUE ||
+        w->enc.event(w->enc.ctx, w->seq + 1, type, kind, path, from, &w->queue) < 0) {
+        w->queue.len = before; /* nothing half-written stays */
         w->dropped++;
     } else {
         w->seq++;
@@ -209,7 +251,6 @@ static void enqueue(struct fs_watch *w, const char *type, const char *kind, cons
         snprintf(w->last_modify, sizeof(w->last_modify), "%s",
                  strcmp(type, "modify") == 0 ? path : "");
     }
-    free(text);
 }
 
 /* Under w->lock: whether the reader waits, and is now the caller's to wake
@@ -357,22 +398,38 @@ static ssize_t watch_read(struct sl_body_source *src, char *out, size_t max)
         free(w->sending);
         w->sending = NULL;
         w->sending_len = w->sending_pos = 0;
-        char extra[128] = "";
-        if (w->dropped)
-            snprintf(extra, sizeof(extra), "event: overflow\ndata: {\"dropped\":%llu}\n\n",
-                     (unsigned long long)w->dropped);
-        else if (w->keepalive_due && !w->queued)
-            snprintf(extra, sizeof(extra), ": keepalive\n\n");
-        if (w->queued || extra[0]) {
-            /* The queue (then what it could not keep) goes out as one. */
-            size_t n = w->queue.len + strlen(extra);
+        struct sl_buf extra;
+        sl_buf_init(&extra, SIZE_MAX);
+        int rc = 0;
+        if (!w->begun) {
+            w->begun = true;
+            rc = w->enc.begin ? w->enc.begin(w->enc.ctx, &extra) : 0;
+        } else if (w->dropped) {
+            rc = w->enc.overflow(w->enc.ctx, w->dropped, &extra);
+        } else if (w->keepalive_due && !w->queued) {
+            rc = w->enc.keepalive(w->enc.ctx, &extra);
+        } else if (w->ended && !w->end_sent && !w->queued) {
+            w->end_sent = true;
+            rc = w->enc.end(w->enc.ctx, &extra);
+        }
+        if (rc < 0) {
+            sl_buf_free(&extra);
+            pthread_mutex_unlock(&w->lock);
+            return -1;
+        }
+        if (w->queued || extra.len) {
+            /* What begins the stream, the queue, then what it could not
+             * keep (or its end) go out as one. */
+            size_t n = w->queue.len + extra.len;
             w->sending = malloc(n + 1);
             if (!w->sending) {
+                sl_buf_free(&extra);
                 pthread_mutex_unlock(&w->lock);
                 return -1;
             }
             memcpy(w->sending, w->queue.data ? w->queue.data : "", w->queue.len);
-            memcpy(w->sending + w->queue.len, extra, strlen(extra));
+            memcpy(w->sending + w->queue.len, extra.data ? extra.data : "", extra.len);
+            sl_buf_free(&extra);
             w->sending_len = n;
             w->queue.len = 0;
             w->queued = 0;
@@ -381,12 +438,7 @@ static ssize_t watch_read(struct sl_body_source *src, char *out, size_t max)
             w->last_modify[0] = '\0';
             continue;
         }
-        if (w->ended && !w->end_sent) {
-            w->end_sent = true;
-            w->sending = strdup("event: end\ndata: {\"reason\":\"deleted\"}\n\n");
-            w->sending_len = w->sending ? strlen(w->sending) : 0;
-            continue;
-        }
+        sl_buf_free(&extra);
         if (w->end_sent) {
             pthread_mutex_unlock(&w->lock);
             return -1;
@@ -411,12 +463,23 @@ static void watch_close(struct sl_body_source *src)
 struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, const char *canonical,
                                         bool recursive, struct sl_error *err)
 {
+    return sl_fs_watch_open_encoded(sandbox_id, rootfd, canonical, recursive, &SSE, err);
+}
+
+struct sl_body_source *sl_fs_watch_open_encoded(const char *sandbox_id, int rootfd,
+                                                const char *canonical, bool recursive,
+                                                const struct sl_watch_encoder *enc,
+                                                struct sl_error *err)
+{
     struct fs_watch *w = calloc(1, sizeof(*w));
     if (!w) {
         close(rootfd);
+        if (enc->release)
+            enc->release(enc->ctx);
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
+    w->enc = *enc;
     w->src.read = watch_read;
     w->src.close = watch_close;
     w->root = rootfd;

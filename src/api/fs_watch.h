@@ -29,9 +29,11 @@
 #define SL_API_FS_WATCH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "api/router.h"
 #include "common/error.h"
+#include "common/util.h"
 
 #define SL_WATCH_QUEUE 1024
 #define SL_WATCH_MAX_DIRS 1024
@@ -47,5 +49,28 @@ void sl_fs_watches_stop(void);
  * SL_WATCH_MAX_DIRS directories to watch. */
 struct sl_body_source *sl_fs_watch_open(const char *sandbox_id, int rootfd, const char *canonical,
                                         bool recursive, struct sl_error *err);
+
+/* Another protocol's framing of the same events (E2B's WatchDir, e2b/):
+ * the watching, queue, bounds and keepalives are this module's, the bytes
+ * the encoder's. Each appends to `out` (< 0: the event is dropped and
+ * counted). begin (may be NULL) comes first; event gets the type
+ * ("create", "modify", "delete", "move"), kind ("file", "directory"), the
+ * path and, for a move, where from; end once, last. release frees ctx. */
+struct sl_watch_encoder {
+    int (*begin)(void *ctx, struct sl_buf *out);
+    int (*event)(void *ctx, uint64_t seq, const char *type, const char *kind, const char *path,
+                 const char *from, struct sl_buf *out);
+    int (*overflow)(void *ctx, uint64_t dropped, struct sl_buf *out);
+    int (*keepalive)(void *ctx, struct sl_buf *out);
+    int (*end)(void *ctx, struct sl_buf *out);
+    void (*release)(void *ctx);
+    void *ctx;
+};
+/* As sl_fs_watch_open, framed by enc (copied; its ctx is the watch's from
+ * now on, released even when this fails). */
+struct sl_body_source *sl_fs_watch_open_encoded(const char *sandbox_id, int rootfd,
+                                                const char *canonical, bool recursive,
+                                                const struct sl_watch_encoder *enc,
+                                                struct sl_error *err);
 
 #endif

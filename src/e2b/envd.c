@@ -12,8 +12,10 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "api/errors.h"
+#include "api/fs_watch.h"
 #include "common/base64.h"
 #include "common/cleanup.h"
 #include "common/json.h"
@@ -305,6 +307,141 @@ static json_t *rpc_remove(struct envd_ctx *c, const json_t *msg, struct sl_error
     return gone ? json_object() : NULL;
 }
 
+/* ---- WatchDir: the file watch registry's events as Connect messages ---- */
+
+struct watch_names {
+    size_t base_len; /* of the watched directory's canonical path */
+};
+
+static int watch_frame(struct sl_buf *out, json_t *msg)
+{
+    int rc = msg ? sl_connect_frame(out, 0, msg) : -1;
+    json_decref(msg);
+    return rc;
+}
+
+static int watch_begin(void *ctx, struct sl_buf *out)
+{
+    (void)ctx;
+    return watch_frame(out, json_pack("{s:{}}", "start"));
+}
+
+/* The file API writes through a temporary file renamed over its target:
+ * its own name is not the user's. */
+static bool temporary(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    return strncmp(base ? base + 1 : path, ".sandbox-write-", 15) == 0;
+}
+
+static int watch_one(struct sl_buf *out, const struct watch_names *n, const char *path,
+                     const char *type)
+{
+    if (temporary(path))
+        return 0;
+    const char *name = strlen(path) > n->base_len ? path + n->base_len + 1 : "";
+    return watch_frame(out, json_pack("{s:{s:s,s:s}}", "filesystem", "name", name, "type", type));
+}
+
+/* E2B's names: a path relative to the watched directory; a move is the
+ * old name renamed and the new one created, as envd reports it. */
+static int watch_event(void *ctx, uint64_t seq, const char *type, const char *kind,
+                       const char *path, const char *from, struct sl_buf *out)
+{
+    (void)seq;
+    (void)kind;
+    const struct watch_names *n = ctx;
+    /* A file the API wrote: its content arrived (and it may be new). */
+    if (strcmp(type, "move") == 0 && temporary(from))
+        return watch_one(out, n, path, "EVENT_TYPE_CREATE") < 0
+                   ? -1
+                   : watch_one(out, n, path, "EVENT_TYPE_WRITE");
+    if (strcmp(type, "move") == 0)
+        return watch_one(out, n, from, "EVENT_TYPE_RENAME") < 0
+                   ? -1
+                   : watch_one(out, n, path, "EVENT_TYPE_CREATE");
+    return watch_one(out, n, path,
+                     strcmp(type, "create") == 0   ? "EVENT_TYPE_CREATE"
+                     : strcmp(type, "delete") == 0 ? "EVENT_TYPE_REMOVE"
+                                                   : "EVENT_TYPE_WRITE");
+}
+
+static int watch_overflow(void *ctx, uint64_t dropped, struct sl_buf *out)
+{
+    /* E2B has no word for it: the events are gone; the stream goes on. */
+    (void)ctx;
+    (void)dropped;
+    (void)out;
+    return 0;
+}
+
+static int watch_keepalive(void *ctx, struct sl_buf *out)
+{
+    (void)ctx;
+    return watch_frame(out, json_pack("{s:{}}", "keepalive"));
+}
+
+static int watch_end(void *ctx, struct sl_buf *out)
+{
+    (void)ctx;
+    return sl_connect_end(out, NULL, NULL);
+}
+
+static void watch_release(void *ctx) { free(ctx); }
+
+static void rpc_watch_dir(struct sl_request *req, struct sl_response *resp)
+{
+    _cleanup_json_ json_t *msg = NULL;
+    const char *why = NULL;
+    if (sl_connect_unwrap(req->raw_body, req->raw_len, &msg, &why) < 0) {
+        sl_envd_stream_error(resp, "invalid_argument", why);
+        return;
+    }
+    struct sl_error err = {0};
+    char ws[4200];
+    int64_t generation = 0;
+    if (sl_envd_user_check(req, &err) < 0 || sl_envd_path(msg_str(msg, "path"), ws, sizeof(ws), &err) < 0 ||
+        sl_envd_generation(req, &generation, &err) < 0) {
+        sl_envd_stream_err(resp, &err);
+        return;
+    }
+    if (json_is_true(json_object_get(msg, "includeEntry"))) {
+        sl_envd_stream_error(resp, "unimplemented", "includeEntry is not supported here yet");
+        return;
+    }
+    _cleanup_free_ char *canonical = NULL;
+    int root = sl_svc_watch_open(req->svc, req->params[0], generation, ws, strlen(ws), &canonical,
+                                 &err);
+    if (root < 0) {
+        sl_envd_stream_err(resp, &err);
+        return;
+    }
+    struct watch_names *names = calloc(1, sizeof(*names));
+    if (!names) {
+        close(root);
+        sl_envd_stream_error(resp, "internal", "out of memory");
+        return;
+    }
+    names->base_len = strlen(canonical);
+    struct sl_watch_encoder enc = {.begin = watch_begin,
+                                   .event = watch_event,
+                                   .overflow = watch_overflow,
+                                   .keepalive = watch_keepalive,
+                                   .end = watch_end,
+                                   .release = watch_release,
+                                   .ctx = names};
+    struct sl_body_source *src =
+        sl_fs_watch_open_encoded(req->params[0], root, canonical,
+                                 json_is_true(json_object_get(msg, "recursive")), &enc, &err);
+    if (!src) {
+        sl_envd_stream_err(resp, &err);
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = SL_CONNECT_STREAM_TYPE;
+    resp->source = src;
+}
+
 /* ---- dispatch ---- */
 
 typedef json_t *(*unary_fn)(struct envd_ctx *c, const json_t *msg, struct sl_error *err);
@@ -336,9 +473,9 @@ void sl_envd_rpc(struct sl_request *req, struct sl_response *resp)
         return;
     }
     struct sl_error err = {0};
-    if (strcmp(service, "filesystem.Filesystem") == 0 && strcmp(method, "WatchDir") == 0) {
-        sl_envd_stream_error(resp, "unimplemented",
-                             "WatchDir is not supported by this service yet: see docs/E2B.md");
+    if (streaming && strcmp(service, "filesystem.Filesystem") == 0 &&
+        strcmp(method, "WatchDir") == 0) {
+        rpc_watch_dir(req, resp);
         return;
     }
     for (size_t i = 0; i < sizeof(UNARY) / sizeof(UNARY[0]); i++) {

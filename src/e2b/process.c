@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 
 #include "api/exec_stream.h"
 #include "common/base64.h"
@@ -37,6 +39,12 @@
 
 struct proc_events {
     uint32_t pid;
+    /* A terminal's: its output is "pty" data, and the stream is one of
+     * its attached clients while it is open (so it is not ended as idle). */
+    bool pty;
+    struct sl_service *svc;
+    char sandbox_id[160];
+    char exec_id[32];
 };
 
 static int ev_frame(struct sl_buf *out, json_t *event)
@@ -53,13 +61,12 @@ static int ev_begin(void *ctx, struct sl_buf *out)
 
 static int ev_chunk(void *ctx, int stream, const char *data, size_t len, struct sl_buf *out)
 {
-    (void)ctx;
+    struct proc_events *e = ctx;
     _cleanup_free_ char *b64 = sl_base64_encode(data, len);
     if (!b64)
         return -1;
-    return ev_frame(out, json_pack("{s:{s:s}}", "data", stream == SL_OUT_STDERR ? "stderr"
-                                                                                   : "stdout",
-                                   b64));
+    const char *kind = e->pty ? "pty" : stream == SL_OUT_STDERR ? "stderr" : "stdout";
+    return ev_frame(out, json_pack("{s:{s:s}}", "data", kind, b64));
 }
 
 static int ev_keepalive(void *ctx, struct sl_buf *out)
@@ -92,25 +99,33 @@ static int ev_end(void *ctx, const json_t *end, struct sl_buf *out)
     return sl_connect_end(out, NULL, NULL);
 }
 
-static void ev_release(void *ctx) { free(ctx); }
+static void ev_release(void *ctx)
+{
+    struct proc_events *e = ctx;
+    if (e->pty)
+        sl_svc_terminal_detach(e->svc, e->sandbox_id, e->exec_id);
+    free(e);
+}
 
-/* The events of a process from its first byte. */
-static void respond_events(struct sl_request *req, struct sl_response *resp, int64_t generation,
-                           const char *exec_id, uint32_t pid)
+/* The events of a process from its first byte: `log` (a reference, taken),
+ * and for a terminal the attachment the stream holds until it closes. */
+static void respond_log(struct sl_request *req, struct sl_response *resp, struct sl_outlog *log,
+                        const char *exec_id, uint32_t pid, bool pty)
 {
     struct sl_error err = {0};
-    struct sl_outlog *log = NULL;
-    if (sl_svc_exec_attach(req->svc, req->params[0], exec_id, generation, &log, &err) < 0) {
-        sl_envd_stream_err(resp, &err);
-        return;
-    }
     struct proc_events *ctx = calloc(1, sizeof(*ctx));
     if (!ctx) {
         sl_outlog_put(log);
+        if (pty)
+            sl_svc_terminal_detach(req->svc, req->params[0], exec_id);
         sl_envd_stream_error(resp, "internal", "out of memory");
         return;
     }
     ctx->pid = pid;
+    ctx->pty = pty;
+    ctx->svc = req->svc;
+    snprintf(ctx->sandbox_id, sizeof(ctx->sandbox_id), "%s", req->params[0]);
+    snprintf(ctx->exec_id, sizeof(ctx->exec_id), "%s", exec_id);
     struct sl_stream_encoder enc = {.begin = ev_begin,
                                     .chunk = ev_chunk,
                                     .end = ev_end,
@@ -126,6 +141,33 @@ static void respond_events(struct sl_request *req, struct sl_response *resp, int
     resp->status = 200;
     resp->content_type = SL_CONNECT_STREAM_TYPE;
     resp->source = src;
+}
+
+/* A running process's events: a terminal's through an attachment. */
+static void respond_events(struct sl_request *req, struct sl_response *resp, int64_t generation,
+                           const char *exec_id, uint32_t pid)
+{
+    struct sl_error err = {0};
+    struct sl_terminal t = {.master = -1};
+    if (sl_svc_terminal_attach(req->svc, req->params[0], generation, exec_id, &t, &err) == 0) {
+        struct sl_outlog *log = t.log;
+        t.log = NULL;
+        sl_terminal_clear(&t);
+        respond_log(req, resp, log, exec_id, pid, true);
+        return;
+    }
+    if (!sl_error_is(&err, SL_E_NOT_A_TERMINAL) && !sl_error_is(&err, SL_E_EXEC_NOT_RUNNING) &&
+        !sl_error_is(&err, SL_E_EXEC_NOT_FOUND)) {
+        sl_envd_stream_err(resp, &err);
+        return;
+    }
+    sl_error_clear(&err);
+    struct sl_outlog *log = NULL;
+    if (sl_svc_exec_attach(req->svc, req->params[0], exec_id, generation, &log, &err) < 0) {
+        sl_envd_stream_err(resp, &err);
+        return;
+    }
+    respond_log(req, resp, log, exec_id, pid, false);
 }
 
 /* ---- selectors ---- */
@@ -191,10 +233,13 @@ static void process_start(struct sl_request *req, struct sl_response *resp, cons
                              "process.cmd is required, and args an array of at most 255 strings");
         return;
     }
-    if (json_object_get(msg, "pty")) {
-        sl_envd_stream_error(resp, "unimplemented",
-                             "pseudo-terminals (pty) are not supported by this service yet: see "
-                             "docs/E2B.md");
+    const json_t *pty = json_object_get(msg, "pty");
+    const json_t *size = json_object_get(pty, "size");
+    json_int_t cols = json_integer_value(json_object_get(size, "cols"));
+    json_int_t rows = json_integer_value(json_object_get(size, "rows"));
+    if (pty && (cols < 1 || cols > 1000 || rows < 1 || rows > 1000)) {
+        sl_envd_stream_error(resp, "invalid_argument",
+                             "pty.size needs cols and rows from 1 to 1000");
         return;
     }
     const char *argv[256] = {cmd};
@@ -228,6 +273,10 @@ static void process_start(struct sl_request *req, struct sl_response *resp, cons
             sl_envd_stream_error(resp, "invalid_argument", "process.envs must map to strings");
             return;
         }
+        /* A managed variable given its managed value (the SDK's pty sends
+         * LANG=C.UTF-8) changes nothing: not an override to refuse. */
+        if (sl_svc_env_is_managed_as(req->svc, key, json_string_value(value)))
+            continue;
         keys[k] = key;
         values[k++] = json_string_value(value);
     }
@@ -242,12 +291,40 @@ static void process_start(struct sl_request *req, struct sl_response *resp, cons
             break;
         exec_id_of((uint32_t)pid, exec_id);
         _cleanup_json_ json_t *stored =
-            json_pack("{s:s,s:I,s:O,s:s,s:O,s:b,s:s}", "exec_id", exec_id, "generation",
-                      (json_int_t)generation, "argv", json_object_get(proc, "args") ? args : json_array(),
-                      "cmd", cmd, "envs", json_object_get(proc, "envs") ? json_object_get(proc, "envs") : json_object(),
+            json_pack("{s:s,s:I,s:[s],s:s,s:o,s:o,s:b,s:s}", "exec_id", exec_id, "generation",
+                      (json_int_t)generation, "argv", cmd, "cmd", cmd, "args",
+                      args ? json_incref((json_t *)args) : json_array(), "envs",
+                      json_is_object(json_object_get(proc, "envs"))
+                          ? json_incref(json_object_get(proc, "envs"))
+                          : json_object(),
                       "stdin", stdin_open, "cwd", cwd);
+        if (stored && args)
+            json_array_extend(json_object_get(stored, "argv"), (json_t *)args);
         if (stored && json_is_string(tag))
             json_object_set(stored, "tag", (json_t *)tag);
+        struct sl_error err = {0};
+        if (pty) {
+            if (stored)
+                json_object_set_new(stored, "pty", json_true());
+            struct sl_terminal_spec spec = {
+                .exec_id = exec_id, .argv = argv, .argc = argc, .cwd = cwd,
+                .env_keys = keys, .env_values = values, .env_len = k,
+                .cols = (unsigned short)cols, .rows = (unsigned short)rows,
+                .exec_scope = SL_EXEC_SCOPE_E2B, .request = stored,
+            };
+            struct sl_terminal t = {.master = -1};
+            if (sl_svc_terminal_start(req->svc, req->params[0], generation, &spec, &t, &err) < 0) {
+                if (err.errnum == EEXIST)
+                    continue; /* a pid used before: another */
+                sl_envd_stream_err(resp, &err);
+                return;
+            }
+            struct sl_outlog *log = t.log;
+            t.log = NULL;
+            sl_terminal_clear(&t);
+            respond_log(req, resp, log, exec_id, (uint32_t)pid, true);
+            return;
+        }
         struct sl_exec_request er = {
             .exec_id = exec_id,
             .generation = generation,
@@ -264,7 +341,6 @@ static void process_start(struct sl_request *req, struct sl_response *resp, cons
             .exec_scope = SL_EXEC_SCOPE_E2B,
             .request = stored,
         };
-        struct sl_error err = {0};
         json_t *answer = NULL;
         int rc = sl_svc_exec(req->svc, req->params[0], &er, NULL, NULL, &answer, &err);
         bool replayed = rc == 0 && json_is_true(json_object_get(answer, "replayed"));
@@ -298,7 +374,7 @@ static void process_list(struct sl_request *req, struct sl_response *resp)
                                    json_string_value(json_object_get(r, "cmd"))
                                        ? json_string_value(json_object_get(r, "cmd"))
                                        : "",
-                                   "args", json_object_get(r, "argv"), "envs",
+                                   "args", json_object_get(r, "args"), "envs",
                                    json_object_get(r, "envs"));
         if (config && json_is_string(json_object_get(r, "cwd")))
             json_object_set(config, "cwd", json_object_get(r, "cwd"));
@@ -372,6 +448,44 @@ static void process_input(struct sl_request *req, struct sl_response *resp, cons
     sl_buf_free(&bytes);
 }
 
+/* A terminal's new size (TIOCSWINSZ: its foreground job gets SIGWINCH). */
+static void process_update(struct sl_request *req, struct sl_response *resp, const json_t *msg,
+                           int64_t generation)
+{
+    uint32_t pid = selected_pid(req, json_object_get(msg, "process"));
+    const json_t *size = json_object_get(json_object_get(msg, "pty"), "size");
+    json_int_t cols = json_integer_value(json_object_get(size, "cols"));
+    json_int_t rows = json_integer_value(json_object_get(size, "rows"));
+    if (!size) {
+        sl_envd_unary(resp, json_object()); /* nothing to change */
+        return;
+    }
+    if (cols < 1 || cols > 1000 || rows < 1 || rows > 1000) {
+        sl_envd_unary_error(resp, "invalid_argument", "pty.size needs cols and rows from 1 to 1000");
+        return;
+    }
+    char exec_id[32];
+    exec_id_of(pid, exec_id);
+    struct sl_error err = {0};
+    struct sl_terminal t = {.master = -1};
+    if (!pid) {
+        sl_envd_unary_error(resp, "not_found", "no such process");
+        return;
+    }
+    if (sl_svc_terminal_attach(req->svc, req->params[0], generation, exec_id, &t, &err) < 0) {
+        sl_envd_unary_err(resp, &err);
+        return;
+    }
+    struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+    int rc = ioctl(t.master, TIOCSWINSZ, &ws);
+    sl_svc_terminal_detach(req->svc, req->params[0], exec_id);
+    sl_terminal_clear(&t);
+    if (rc < 0)
+        sl_envd_unary_error(resp, "internal", "the terminal could not be resized");
+    else
+        sl_envd_unary(resp, json_object());
+}
+
 void sl_envd_process(struct sl_request *req, struct sl_response *resp, const char *method,
                      bool streaming)
 {
@@ -416,10 +530,11 @@ void sl_envd_process(struct sl_request *req, struct sl_response *resp, const cha
         process_input(req, resp, msg, generation, false);
     } else if (!streaming && strcmp(method, "CloseStdin") == 0) {
         process_input(req, resp, msg, generation, true);
+    } else if (!streaming && strcmp(method, "Update") == 0) {
+        process_update(req, resp, msg, generation);
     } else if (streaming) {
         sl_envd_stream_error(resp, "unimplemented", "this process RPC is not supported here");
     } else {
-        sl_envd_unary_error(resp, "unimplemented",
-                            "this process RPC is not supported here (Update: pty resize)");
+        sl_envd_unary_error(resp, "unimplemented", "this process RPC is not supported here");
     }
 }

@@ -510,6 +510,27 @@ oom:
     return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
 }
 
+bool sl_env_is_managed_as(const struct sl_config *cfg, const char *name, const char *value)
+{
+    bool reserved = false;
+    if (env_is_reserved(cfg, name, &reserved) < 0 || !reserved)
+        return false;
+    struct sl_env env;
+    struct sl_error err = {0};
+    if (sl_env_build(cfg, NULL, NULL, 0, 0, &env, &err) < 0)
+        return false;
+    /* The locale categories (LC_ALL, LC_CTYPE ...) are the managed LANG's
+     * when unset: the same value names the same locale. */
+    const char *as = strncmp(name, "LC_", 3) == 0 ? "LANG" : name;
+    bool same = false;
+    size_t n = strlen(as);
+    for (size_t i = 0; i < env.len && !same; i++)
+        same = strncmp(env.vars[i], as, n) == 0 && env.vars[i][n] == '=' &&
+               strcmp(env.vars[i] + n + 1, value) == 0;
+    sl_env_free(&env);
+    return same;
+}
+
 void sl_env_free(struct sl_env *env)
 {
     if (!env)

@@ -20,6 +20,10 @@ struct sl_env {
     char *path;    /* the managed PATH value */
 };
 
+/* Whether `name` is a variable the sandbox manages and its managed value
+ * is `value`: giving it changes nothing (E2B's SDKs send LANG=C.UTF-8). */
+bool sl_env_is_managed_as(const struct sl_config *cfg, const char *name, const char *value);
+
 /* Check SANDBOX_TOOLCHAINS for conflicts (two toolchains setting one
  * variable to different values => -1, SANDBOX_CONFIG_INVALID). */
 int sl_env_validate_config(const struct sl_config *cfg, struct sl_error *err);

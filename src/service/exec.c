@@ -1259,6 +1259,11 @@ void svc_terminals_cycle(struct sl_service *svc)
     pthread_mutex_unlock(&svc->execs_lock);
 }
 
+bool sl_svc_env_is_managed_as(struct sl_service *svc, const char *name, const char *value)
+{
+    return sl_env_is_managed_as(svc->cfg, name, value);
+}
+
 json_t *sl_svc_execs_running_list(struct sl_service *svc, const char *sandbox_id,
                                   const char *prefix)
 {

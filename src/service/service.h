@@ -220,6 +220,25 @@ struct sl_terminal {
 };
 /* 429 SANDBOX_TERMINAL_LIMIT past SANDBOX_MAX_TERMINALS_PER_SANDBOX; the
  * exec admission's refusals otherwise. */
+/* Any program on a terminal (E2B's pty): the same bounds, record and
+ * attachment as a terminal of the API, under the caller's exec_id, in
+ * the caller's scope of its own (SL_EXEC_SCOPE_*: beside the sandbox's
+ * commands). */
+struct sl_terminal_spec {
+    const char *exec_id;
+    const char *const *argv;
+    size_t argc;
+    const char *cwd;
+    const char *const *env_keys;
+    const char *const *env_values;
+    size_t env_len;
+    unsigned short cols, rows;
+    const char *exec_scope;
+    const json_t *request;
+};
+int sl_svc_terminal_start(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          const struct sl_terminal_spec *spec, struct sl_terminal *out,
+                          struct sl_error *err);
 int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                          unsigned short cols, unsigned short rows, struct sl_terminal *out,
                          struct sl_error *err);
@@ -243,6 +262,9 @@ void sl_terminal_clear(struct sl_terminal *t);
 int sl_svc_port_connect(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                         unsigned port, int64_t timeout_ms, int *fd, struct sl_error *err);
 
+/* Whether giving `name` = `value` to a command changes nothing: the
+ * sandbox manages that variable, with that value (runtime/env.h). */
+bool sl_svc_env_is_managed_as(struct sl_service *svc, const char *name, const char *value);
 /* Ours: the executions of a sandbox running on this worker whose exec_id
  * starts with `prefix`: [{"exec_id", "request"}] (the stored request
  * object). NULL when out of memory. */

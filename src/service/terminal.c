@@ -59,40 +59,28 @@ void sl_terminal_clear(struct sl_terminal *t)
     t->log = NULL;
 }
 
-int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                         unsigned short cols, unsigned short rows, struct sl_terminal *out,
-                         struct sl_error *err)
+int sl_svc_terminal_start(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                          const struct sl_terminal_spec *spec, struct sl_terminal *out,
+                          struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
     out->master = -1;
     out->log = NULL;
     if (live_fence(svc, sandbox_id, generation, err) < 0)
         return -1;
-    char exec_id[40] = "terminal-";
-    if (sl_random_hex(exec_id + strlen(exec_id), 12) < 0)
-        return sl_error_errno(err, SL_E_INTERNAL, "cannot make the terminal's id");
-    const char *shell = login_shell();
-    const char *argv[] = {shell, "-l"};
-    const char *env_keys[] = {"TERM", "COLORTERM"};
-    const char *env_values[] = {"xterm-256color", "truecolor"};
-    _cleanup_json_ json_t *doc =
-        json_pack("{s:[ss],s:s,s:{s:i,s:i}}", "command", shell, "-l", "cwd", "/workspace",
-                  "terminal", "cols", (int)cols, "rows", (int)rows);
-    if (!doc)
-        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     struct sl_exec_request req = {
-        .exec_id = exec_id,
+        .exec_id = spec->exec_id,
         .generation = generation,
-        .argv = argv,
-        .argc = 2,
-        .cwd = "/workspace",
-        .env_keys = env_keys,
-        .env_values = env_values,
-        .env_len = 2,
+        .argv = spec->argv,
+        .argc = spec->argc,
+        .cwd = spec->cwd,
+        .env_keys = spec->env_keys,
+        .env_values = spec->env_values,
+        .env_len = spec->env_len,
         .timeout_seconds = cfg->terminal_max_seconds,
-        .exec_scope = SL_EXEC_SCOPE_OWN, /* beside the sandbox's commands */
-        .tty = {.on = true, .cols = cols, .rows = rows},
-        .request = doc,
+        .exec_scope = spec->exec_scope, /* beside the sandbox's commands */
+        .tty = {.on = true, .cols = spec->cols, .rows = spec->rows},
+        .request = spec->request,
     };
     pthread_mutex_lock(&open_lock);
     int rc = 0;
@@ -111,11 +99,49 @@ int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t
     if (rc == 0)
         rc = sl_svc_exec(svc, sandbox_id, &req, NULL, NULL, &answer, err);
     pthread_mutex_unlock(&open_lock);
+    bool replayed = rc == 0 && json_is_true(json_object_get(answer, "replayed"));
     json_decref(answer);
     if (rc < 0)
         return -1;
+    if (replayed)
+        return sl_error_set(err, SL_E_EXEC_NOT_RUNNING, EEXIST,
+                            "this terminal's exec_id was used before");
     /* Attached from the start, so the idle clock waits for this client. */
-    return svc_terminal_take(svc, sandbox_id, exec_id, out, err);
+    return svc_terminal_take(svc, sandbox_id, spec->exec_id, out, err);
+}
+
+int sl_svc_terminal_open(struct sl_service *svc, const char *sandbox_id, int64_t generation,
+                         unsigned short cols, unsigned short rows, struct sl_terminal *out,
+                         struct sl_error *err)
+{
+    out->master = -1;
+    out->log = NULL;
+    char exec_id[40] = "terminal-";
+    if (sl_random_hex(exec_id + strlen(exec_id), 12) < 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot make the terminal's id");
+    const char *shell = login_shell();
+    const char *argv[] = {shell, "-l"};
+    const char *env_keys[] = {"TERM", "COLORTERM"};
+    const char *env_values[] = {"xterm-256color", "truecolor"};
+    _cleanup_json_ json_t *doc =
+        json_pack("{s:[ss],s:s,s:{s:i,s:i}}", "command", shell, "-l", "cwd", "/workspace",
+                  "terminal", "cols", (int)cols, "rows", (int)rows);
+    if (!doc)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    struct sl_terminal_spec spec = {
+        .exec_id = exec_id,
+        .argv = argv,
+        .argc = 2,
+        .cwd = "/workspace",
+        .env_keys = env_keys,
+        .env_values = env_values,
+        .env_len = 2,
+        .cols = cols,
+        .rows = rows,
+        .exec_scope = SL_EXEC_SCOPE_OWN,
+        .request = doc,
+    };
+    return sl_svc_terminal_start(svc, sandbox_id, generation, &spec, out, err);
 }
 
 int sl_svc_terminal_attach(struct sl_service *svc, const char *sandbox_id, int64_t generation,

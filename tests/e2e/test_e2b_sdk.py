@@ -26,7 +26,7 @@ from test_mcp_sdk import _tail, ensure_node
 SDK_DIR = Path(__file__).resolve().parent / "e2b_sdk"
 ADMIN = "/api/v1/admin/tenants"
 NEW = ("quickstart", "background", "processes", "stdin", "environment", "lifecycle", "paging",
-       "lifetime", "tenants", "unsupported")
+       "lifetime", "tenants", "unsupported", "pty", "watch")
 OLD = ("quickstart", "background", "processes", "lifecycle")
 
 
@@ -231,3 +231,22 @@ def test_unsupported_calls_fail_clearly(new_sdk):
     assert "volumeMounts is not supported" in u["volumes"]["message"], u
     assert "501" in u["snapshot"]["message"], u
     assert "memory" in u["memoryPause"]["message"], u
+
+
+def test_pty_output_input_and_resize(new_sdk):
+    p = new_sdk["pty"]
+    screen = p["screen"]
+    assert "TERM=xterm-256color" in screen, screen
+    assert "24 80" in screen and "40 132" in screen, screen  # stty size before, after resize
+    assert "/dev/pts/" in screen, screen
+    assert p["pid"] in p["listed"], p
+    assert p["waited"]["name"] == "CommandExitError" and p["waited"]["exitCode"] == 7, p["waited"]
+
+
+def test_watch_dir_events(new_sdk):
+    w = new_sdk["watch"]
+    events = w["events"]
+    for want in (["create", "a.txt"], ["create", "sub"], ["create", "sub/b.txt"],
+                 ["rename", "a.txt"], ["create", "c.txt"], ["remove", "sub/b.txt"]):
+        assert want in events, (want, events)
+    assert ["write", "a.txt"] in events or ["create", "a.txt"] in events, events

@@ -253,6 +253,47 @@ const scenarios = {
              crossToken: res.status, stillRuns: stillRuns.stdout }
   },
 
+  // A terminal: its output, input, a resize reaching the shell.
+  async pty() {
+    const sbx = await create()
+    const decoder = new TextDecoder()
+    let screen = ''
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { screen += decoder.decode(d) } })
+    const enc = (t) => new TextEncoder().encode(t)
+    await sbx.pty.sendInput(term.pid, enc('echo TERM=$TERM; stty size\n'))
+    await sleep(800)
+    await sbx.pty.resize(term.pid, { cols: 132, rows: 40 })
+    await sbx.pty.sendInput(term.pid, enc('stty size; tty\n'))
+    await sleep(800)
+    const listed = (await sbx.commands.list()).map((p) => p.pid)
+    await sbx.pty.sendInput(term.pid, enc('exit 7\n'))
+    let waited
+    try {
+      waited = await term.wait()
+    } catch (e) {
+      waited = errorFacts(e)
+    }
+    return { pid: term.pid, screen, listed, waited }
+  },
+
+  // watchDir: events as the directory changes, recursively.
+  async watch() {
+    const sbx = await create()
+    await sbx.files.makeDir('/home/user/w')
+    const events = []
+    let exited = 'no'
+    const handle = await sbx.files.watchDir('/home/user/w', (e) => events.push([e.type, e.name]),
+      { recursive: true, onExit: (err) => { exited = err ? String(err) : 'clean' } })
+    await sbx.files.write('/home/user/w/a.txt', 'one')
+    await sbx.files.makeDir('/home/user/w/sub')
+    await sleep(300)
+    await sbx.files.write('/home/user/w/sub/b.txt', 'two')
+    await sbx.commands.run('mv /home/user/w/a.txt /home/user/w/c.txt; rm /home/user/w/sub/b.txt')
+    await sleep(800)
+    await handle.stop()
+    return { events, exited }
+  },
+
   // What this service does not do answers clearly.
   async unsupported() {
     const facts = {}
