@@ -325,6 +325,8 @@ static int encode_next(struct exec_stream *s, char *chunk, size_t size)
         }
         if (r >= 0 && c.len)
             r = s->enc.chunk(ctx, c.stream, chunk, c.len, &b);
+        if (r > 0)
+            s->done = true; /* the encoder's answer is whole: the body ends */
         s->off[c.stream] = c.offset + c.len;
         s->reader.moved_us = sl_mono_us();
         sl_outlog_advance(s->log, &s->reader, s->off);

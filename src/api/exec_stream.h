@@ -59,7 +59,8 @@ struct sl_body_source *sl_exec_stream_open_raw(const char *sandbox_id, struct sl
 /* Another protocol's framing of the same stream (E2B's Connect events,
  * e2b/): the registry, bounds, backpressure and keepalives are this
  * module's, the bytes the encoder's. Each function appends to `out`;
- * < 0 ends the body. begin (may be NULL) comes before anything else, gap
+ * < 0 ends the body; chunk answering > 0 ends it too, its answer whole
+ * (E2B's interpreter answer ends before its process does). begin (may be NULL) comes before anything else, gap
  * (may be NULL: nothing) for bytes no longer kept, end once, last.
  * release frees ctx when the stream closes. */
 struct sl_stream_encoder {

@@ -385,9 +385,15 @@ static enum auth_outcome authenticate_envd(struct conn_state *st, struct MHD_Con
 {
     const char *value = NULL;
     size_t len = 0;
-    if (MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "X-Access-Token", 14, &value,
-                                      &len) != MHD_YES ||
-        !value || st->nparams < 1)
+    if ((MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "X-Access-Token", 14, &value,
+                                       &len) != MHD_YES ||
+         !value) &&
+        (st->route->credential != SL_CRED_E2B_TRAFFIC ||
+         MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token", 24,
+                                       &value, &len) != MHD_YES ||
+         !value))
+        return AUTH_REFUSED;
+    if (st->nparams < 1)
         return AUTH_REFUSED;
     return sl_e2b_envd_token_check(st->http->cfg->internal_token, st->params[0], value, len,
                                    &st->principal)
@@ -404,7 +410,7 @@ static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connecti
     char from_protocol[600];
     enum sl_route_credential cred =
         st->match == SL_MATCH_OK ? st->route->credential : SL_CRED_BEARER;
-    if (cred == SL_CRED_E2B_ENVD)
+    if (cred == SL_CRED_E2B_ENVD || cred == SL_CRED_E2B_TRAFFIC)
         return authenticate_envd(st, conn);
     if (cred == SL_CRED_E2B_API_KEY) {
         /* E2B's X-API-KEY: the token, or a key in either spelling. */

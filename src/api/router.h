@@ -117,7 +117,15 @@ struct sl_query_param {
  * token in X-API-KEY (E2B's control plane), or a sandbox's envd access
  * token in X-Access-Token (E2B's envd, for the route's {sandbox_id}). The
  * E2B routes are another protocol's (e2b/e2b.h): not in /openapi.json. */
-enum sl_route_credential { SL_CRED_BEARER = 0, SL_CRED_E2B_API_KEY, SL_CRED_E2B_ENVD };
+/* SL_CRED_E2B_TRAFFIC: the same token in X-Access-Token or in
+ * E2B-Traffic-Access-Token (E2B's code interpreter sends the latter on
+ * its context calls). */
+enum sl_route_credential {
+    SL_CRED_BEARER = 0,
+    SL_CRED_E2B_API_KEY,
+    SL_CRED_E2B_ENVD,
+    SL_CRED_E2B_TRAFFIC
+};
 
 struct sl_route_def {
     const char *method;

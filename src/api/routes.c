@@ -1753,6 +1753,16 @@ const struct sl_route_def sl_routes[] = {
     ENVD("GET", "/files", sl_envd_files_get, 0),
     ENVD("POST", "/files", sl_envd_files_post, SL_ROUTE_FILE_MAX_BODY),
     ENVD("POST", "/{service}/{method}", sl_envd_rpc, (size_t)3 * 1024 * 1024),
+#define INTERP(m, path, h)                                                                      \
+    {.method = m, .pattern = SL_E2B_INTERPRETER_PREFIX "{sandbox_id}" path, .handler = h,      \
+     .auth = true, .op_id = "interpreter", .summary = "E2B code interpreter",                  \
+     .max_body = (size_t)3 * 1024 * 1024, .tenant = true, .credential = SL_CRED_E2B_TRAFFIC}
+    INTERP("POST", "/execute", sl_interp_execute),
+    INTERP("POST", "/contexts", sl_interp_contexts_create),
+    INTERP("GET", "/contexts", sl_interp_contexts_list),
+    INTERP("DELETE", "/contexts/{context_id}", sl_interp_context_delete),
+    INTERP("POST", "/contexts/{context_id}/restart", sl_interp_context_restart),
+#undef INTERP
 #undef ENVD
 #undef E2B
 

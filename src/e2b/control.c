@@ -167,10 +167,12 @@ static json_t *sandbox_json(struct sl_request *req, const struct sl_e2b_sandbox 
     const char *id = plain_id(e->sandbox_id);
     sl_e2b_envd_token(cfg->internal_token, tenant_of(req), id, token);
     const char *domain = cfg->e2b_domain && cfg->e2b_domain[0] ? cfg->e2b_domain : NULL;
-    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:n}", "sandboxID", id, "templateID",
+    /* The traffic token is the same one: the code interpreter sends it on
+     * its context calls, which carry no X-Access-Token. */
+    return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:s}", "sandboxID", id, "templateID",
                      e->template_id, "clientID", "sandloom", "envdVersion", SL_E2B_ENVD_VERSION,
                      "envdAccessToken", token, "domain",
-                     domain ? json_string(domain) : json_null(), "trafficAccessToken");
+                     domain ? json_string(domain) : json_null(), "trafficAccessToken", token);
 }
 
 /* The `SandboxDetail` of info and of each listed sandbox. */

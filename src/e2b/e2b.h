@@ -36,6 +36,7 @@
 #define SL_E2B_INTERPRETER_PORT 49999
 /* Where an envd request is routed once its sandbox is known. */
 #define SL_E2B_ENVD_PREFIX "/e2b/envd/"
+#define SL_E2B_INTERPRETER_PREFIX "/e2b/interpreter/"
 
 /* The path an E2B sandbox request is served at, or NULL when the request
  * is not one: by its E2b-Sandbox-Id and E2b-Sandbox-Port headers, by a
@@ -82,6 +83,13 @@ void sl_e2b_metrics(struct sl_request *req, struct sl_response *resp);
 /* What E2B offers and this build does not (templates' builds, volumes,
  * snapshots, fork, network rules, secrets): a clear 501, never a hang. */
 void sl_e2b_unsupported(struct sl_request *req, struct sl_response *resp);
+
+/* The code interpreter (e2b/interpreter.c): /e2b/interpreter/{sandbox_id}/… */
+void sl_interp_execute(struct sl_request *req, struct sl_response *resp);
+void sl_interp_contexts_create(struct sl_request *req, struct sl_response *resp);
+void sl_interp_contexts_list(struct sl_request *req, struct sl_response *resp);
+void sl_interp_context_delete(struct sl_request *req, struct sl_response *resp);
+void sl_interp_context_restart(struct sl_request *req, struct sl_response *resp);
 
 /* envd (e2b/envd.c, e2b/process.c). */
 void sl_envd_health(struct sl_request *req, struct sl_response *resp);

@@ -145,29 +145,47 @@ int sl_svc_e2b_set_timeout(struct sl_service *svc, const char *sandbox_id,
     return rc < 0 ? -1 : 0;
 }
 
+/* Every process of the sandbox killed and recorded: E2B's processes run
+ * side by side with no end of their own, while a sandbox that runs a
+ * command can neither be suspended nor released. */
+static int stop_processes(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    if (svc_execs_kill(svc, sandbox_id) == 0)
+        return 0;
+    int64_t until = sl_mono_us() + E2B_PAUSE_WAIT_US;
+    while (svc_execs_running(svc, sandbox_id) > 0 && sl_mono_us() < until)
+        usleep(10000);
+    /* The completion writes the record after it leaves the table. */
+    while (sl_mono_us() < until) {
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        bool busy = found == 1 && r.active_exec_id;
+        sl_route_clear(&r);
+        if (found < 0)
+            return -1;
+        if (!busy)
+            return 0;
+        usleep(10000);
+    }
+    return 0; /* the suspend or release says what still holds it */
+}
+
 /* Files-only: an E2B pause stops what runs (E2B keeps it; this backend
- * cannot), so its processes are killed and recorded first, then the
- * sandbox is suspended as any other. */
+ * cannot), then the sandbox is suspended as any other. */
 static int pause_now(struct sl_service *svc, const struct sl_e2b_sandbox *e, struct sl_error *err)
 {
-    if (svc_execs_kill(svc, e->sandbox_id) > 0) {
-        int64_t until = sl_mono_us() + E2B_PAUSE_WAIT_US;
-        while (svc_execs_running(svc, e->sandbox_id) > 0 && sl_mono_us() < until)
-            usleep(10000);
-        /* The completion writes the record after it leaves the table. */
-        for (int i = 0; i < 100; i++) {
-            struct sl_route r = {0};
-            int found = svc->store->ops->route_get(svc->store, e->sandbox_id, &r, err);
-            bool busy = found == 1 && r.active_exec_id;
-            sl_route_clear(&r);
-            if (found < 0)
-                return -1;
-            if (!busy)
-                break;
-            usleep(20000);
-        }
-    }
+    if (stop_processes(svc, e->sandbox_id, err) < 0)
+        return -1;
     _cleanup_json_ json_t *doc = sl_svc_suspend(svc, e->sandbox_id, e->generation, err);
+    return doc ? 0 : -1;
+}
+
+static int kill_now(struct sl_service *svc, const char *sandbox_id, const char *reason,
+                    const char *actor, struct sl_error *err)
+{
+    if (stop_processes(svc, sandbox_id, err) < 0)
+        return -1;
+    _cleanup_json_ json_t *doc = svc_release(svc, sandbox_id, reason, actor, err);
     return doc ? 0 : -1;
 }
 
@@ -229,8 +247,7 @@ int sl_svc_e2b_kill(struct sl_service *svc, const char *sandbox_id, const char *
     if (sl_svc_e2b_get(svc, sandbox_id, &e, err) < 0)
         return -1;
     sl_e2b_sandbox_clear(&e);
-    _cleanup_json_ json_t *doc = svc_release(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
-    return doc ? 0 : -1;
+    return kill_now(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
 }
 
 void svc_e2b_cycle(struct sl_service *svc)
@@ -253,9 +270,7 @@ void svc_e2b_cycle(struct sl_service *svc)
         if (pause) {
             rc = pause_now(svc, e, &e_err);
         } else {
-            json_t *doc = svc_release(svc, e->sandbox_id, "E2B_TIMEOUT", E2B_ACTOR, &e_err);
-            rc = doc ? 0 : -1;
-            json_decref(doc);
+            rc = kill_now(svc, e->sandbox_id, "E2B_TIMEOUT", E2B_ACTOR, &e_err);
         }
         if (rc < 0)
             sl_warn("e2b: sandbox %s past its timeout could not be %s: %s", e->sandbox_id,
