@@ -23,13 +23,15 @@ run_pkgs=(btrfs-progs python3-pip)
 # mypy, python3-venv: the Python SDK is checked with mypy --strict and
 # installed with pip into a fresh venv, offline (tests/e2e/test_sdk_python.py).
 # tmux: the CLI's progress line is checked on a real terminal (test_cli.py).
+# python3-matplotlib: E2B's code interpreter turns a figure into a PNG result
+# (tests/e2e/test_e2b_sdk.py draws one inside a sandbox).
 # nftables, dnsmasq-base, iproute2: the private network tests inspect the
 # daemon's nftables table, answer test names with their own dnsmasq and make
 # their test internet in a network namespace (tests/e2e/private_net.py).
 test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
            mariadb-server redis-server mypy python3-venv tmux nftables dnsmasq-base
-           python3-websockets
+           python3-websockets python3-matplotlib
            iproute2)
 
 pkgs=("${build_pkgs[@]}")

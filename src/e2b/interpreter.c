@@ -176,12 +176,19 @@ static int context_start(struct sl_request *req, int64_t generation, const char 
     return rc < 0 ? -1 : 0;
 }
 
-static int context_stop(struct sl_request *req, int64_t generation, const char *exec_id,
-                        struct sl_error *err)
+/* The context's process killed, and gone from the running ones (a
+ * listing after it does not show it). */
+static int context_stop(struct sl_request *req, int64_t generation, const char *ctx,
+                        const char *exec_id, struct sl_error *err)
 {
     _cleanup_json_ json_t *doc =
         sl_svc_exec_signal(req->svc, req->params[0], exec_id, generation, 9, err);
-    return doc ? 0 : -1;
+    if (!doc)
+        return -1;
+    char still[128];
+    for (int i = 0; i < 500 && context_find(req, ctx, still, sizeof(still), NULL); i++)
+        usleep(10000);
+    return 0;
 }
 
 /* ---- an execution's answer ---- */
@@ -421,7 +428,7 @@ void sl_interp_context_delete(struct sl_request *req, struct sl_response *resp)
         respond_error(resp, 404, "no such context");
         return;
     }
-    if (context_stop(req, generation, exec_id, &err) < 0)
+    if (context_stop(req, generation, req->params[1], exec_id, &err) < 0)
         respond_err(resp, &err);
     else
         respond_json(resp, 200, json_object());
@@ -446,12 +453,10 @@ void sl_interp_context_restart(struct sl_request *req, struct sl_response *resp)
     const char *c = json_string_value(json_object_get(stored, "cwd"));
     snprintf(cwd, sizeof(cwd), "%s", c ? c : HOME);
     /* The old process goes first: a context is one process at a time. */
-    if (context_stop(req, generation, exec_id, &err) < 0) {
+    if (context_stop(req, generation, ctx, exec_id, &err) < 0) {
         respond_err(resp, &err);
         return;
     }
-    for (int i = 0; i < 500 && context_find(req, ctx, exec_id, sizeof(exec_id), NULL); i++)
-        usleep(10000);
     if (context_start(req, generation, ctx, cwd, exec_id, sizeof(exec_id), &err) < 0)
         respond_err(resp, &err);
     else

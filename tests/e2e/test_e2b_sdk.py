@@ -26,7 +26,7 @@ from test_mcp_sdk import _tail, ensure_node
 SDK_DIR = Path(__file__).resolve().parent / "e2b_sdk"
 ADMIN = "/api/v1/admin/tenants"
 NEW = ("quickstart", "background", "processes", "stdin", "environment", "lifecycle", "paging",
-       "lifetime", "tenants", "unsupported", "pty", "watch")
+       "lifetime", "tenants", "unsupported", "pty", "watch", "interpreter")
 OLD = ("quickstart", "background", "processes", "lifecycle")
 
 
@@ -250,3 +250,30 @@ def test_watch_dir_events(new_sdk):
                  ["rename", "a.txt"], ["create", "c.txt"], ["remove", "sub/b.txt"]):
         assert want in events, (want, events)
     assert ["write", "a.txt"] in events or ["create", "a.txt"] in events, events
+
+
+def test_code_interpreter(new_sdk):
+    ci = new_sdk["interpreter"]
+    # The quickstart: state survives between runs; the last expression is
+    # the main result.
+    assert ci["first"] == {"results": 0, "error": None}, ci["first"]
+    assert ci["second"] == "2", ci
+    assert ci["printed"] == {"stdout": ["to stdout\n", "from a child\n"],
+                             "stderr": ["to stderr\n"]}, ci["printed"]
+    assert ["out", "to stdout\n"] in ci["streamed"] and ["err", "to stderr\n"] in ci["streamed"], ci
+    failed = ci["failed"]
+    assert failed["name"] == "ZeroDivisionError" and failed["value"] == "division by zero", failed
+    assert 'File "<cell>", line 3' in failed["traceback"], failed  # the cell's lines, not ours
+    assert "in f" in failed["traceback"] and "interpreter" not in failed["traceback"], failed
+    assert ci["env"] == "'yes'" and ci["envAfter"] is None, ci  # env_vars for that run only
+    assert {"html": "<b>hi</b>", "text": ci["html"][0]["text"], "main": True} == ci["html"][0], ci
+    assert ci["plotError"] is None, ci
+    assert len(ci["plot"]) == 1 and ci["plot"][0]["png"] == "iVBORw0KGgoA", ci["plot"]  # a PNG
+    assert "png" in ci["plot"][0]["formats"], ci["plot"]
+    assert ci["ctx"]["cwd"] == "/tmp" and ci["ctx"]["language"] == "python", ci["ctx"]
+    assert ci["inCtx"] == "'/tmp'", ci
+    assert ci["defaultHasNoY"] == "NameError", ci  # contexts do not share state
+    assert ci["contexts"] == sorted(["default", ci["ctxId"]]), ci
+    assert ci["afterRestart"] == "NameError", ci  # a restart starts afresh
+    assert ci["contextsAfter"] == ["default"], ci
+    assert ci["file"] == "written by python", ci

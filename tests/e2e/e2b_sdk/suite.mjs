@@ -294,6 +294,49 @@ const scenarios = {
     return { events, exited }
   },
 
+  // The code interpreter quickstart: state between runs, rich results,
+  // errors with their traceback, contexts of their own.
+  async interpreter() {
+    const { Sandbox: CodeSandbox } = codeInterpreter
+    const sbx = await CodeSandbox.create({ timeoutMs: 120_000 })
+    made.push(sbx)
+    const first = await sbx.runCode('x = 1')
+    const second = await sbx.runCode('x += 1; x')
+    const streamed = []
+    const printed = await sbx.runCode('import sys, os\nprint("to stdout")\nprint("to stderr", file=sys.stderr)\nos.system("echo from a child")', {
+      onStdout: (m) => streamed.push(['out', m.line]), onStderr: (m) => streamed.push(['err', m.line]),
+    })
+    const failed = await sbx.runCode('def f():\n    return 1 / 0\nf()')
+    const env = await sbx.runCode('import os; os.environ.get("ONLY_HERE")', { envs: { ONLY_HERE: 'yes' } })
+    const envAfter = await sbx.runCode('os.environ.get("ONLY_HERE")')
+    const html = await sbx.runCode('class H:\n    def _repr_html_(self): return "<b>hi</b>"\nH()')
+    const plot = await sbx.runCode('import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title("t")\nNone')
+    const ctx = await sbx.createCodeContext({ cwd: '/tmp' })
+    const inCtx = await sbx.runCode('import os; y = 7; os.getcwd()', { context: ctx })
+    const defaultHasNoY = await sbx.runCode('y')
+    const contexts = (await sbx.listCodeContexts()).map((c) => c.id).sort()
+    await sbx.restartCodeContext(ctx)
+    const afterRestart = await sbx.runCode('y', { context: ctx })
+    await sbx.removeCodeContext(ctx)
+    const contextsAfter = (await sbx.listCodeContexts()).map((c) => c.id)
+    // The files a run writes are the sandbox's.
+    await sbx.runCode('open("from_code.txt", "w").write("written by python")')
+    const file = await sbx.files.read('from_code.txt')
+    return {
+      first: { results: first.results.length, error: first.error ?? null },
+      second: second.text,
+      printed: printed.logs, streamed,
+      failed: failed.error ? { name: failed.error.name, value: failed.error.value, traceback: failed.error.traceback } : null,
+      env: env.text, envAfter: envAfter.text ?? null,
+      html: html.results.map((r) => ({ html: r.html, text: r.text, main: r.isMainResult })),
+      plot: plot.results.map((r) => ({ png: r.png ? r.png.slice(0, 12) : null, formats: r.formats() })),
+      plotError: plot.error ? plot.error.value : null,
+      ctx: { id: ctx.id, cwd: ctx.cwd, language: ctx.language }, inCtx: inCtx.text,
+      defaultHasNoY: defaultHasNoY.error?.name, contexts, ctxId: ctx.id,
+      afterRestart: afterRestart.error?.name, contextsAfter, file,
+    }
+  },
+
   // What this service does not do answers clearly.
   async unsupported() {
     const facts = {}
