@@ -474,9 +474,29 @@ void sl_e2b_metrics(struct sl_request *req, struct sl_response *resp)
         return;
     }
     sl_e2b_sandbox_clear(&e);
-    /* Not measured yet: an empty series is the honest answer (the SDK
-     * takes an empty array), never made-up figures. */
-    respond_doc(resp, 200, json_array());
+    /* One sample, now, of what its cgroups count (E2B keeps a series of
+     * them; this service does not record any between calls). */
+    _cleanup_json_ json_t *u = sl_svc_sandbox_usage(req->svc, req->params[0], &err);
+    if (!u) {
+        respond_err(resp, &err);
+        return;
+    }
+    const struct sl_config *cfg = sl_service_config(req->svc);
+    int64_t now = sl_now_us();
+    char when[48];
+#define USAGE(k) (json_integer_value(json_object_get(u, k)) > 0 ? json_integer_value(json_object_get(u, k)) : 0)
+    json_int_t limit = USAGE("memory_limit");
+    if (!limit || limit > (json_int_t)cfg->memory_limit_bytes)
+        limit = cfg->memory_limit_bytes > 0 ? cfg->memory_limit_bytes : 0;
+    json_t *sample = json_pack(
+        "{s:s,s:I,s:i,s:f,s:I,s:I,s:I,s:I,s:I}", "timestamp",
+        sl_time_iso(now, "Z", when, sizeof(when)), "timestampUnix", (json_int_t)(now / 1000000),
+        "cpuCount", cfg->cpu_limit > 0 ? (int)ceil(cfg->cpu_limit) : 1, "cpuUsedPct",
+        json_real_value(json_object_get(u, "cpu_used_pct")), "memUsed", USAGE("memory_bytes"),
+        "memTotal", limit, "memCache", USAGE("cache_bytes"), "diskUsed", USAGE("disk_bytes"),
+        "diskTotal", USAGE("disk_limit"));
+#undef USAGE
+    respond_doc(resp, 200, sample ? json_pack("[o]", sample) : NULL);
 }
 
 void sl_e2b_unsupported(struct sl_request *req, struct sl_response *resp)

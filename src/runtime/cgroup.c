@@ -539,6 +539,98 @@ int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid)
     return p ? strtoll(p + strlen("oom_kill "), NULL, 10) : -1;
 }
 
+/* One number of a cgroup file: the whole file, or the value of `key` in
+ * a "key value" list (memory.stat, cpu.stat); -1 when absent. */
+static int64_t cg_number(const struct sl_cgroups *cg, int c, uid_t uid, const char *file,
+                         const char *key)
+{
+    char dir[PATH_MAX], path[PATH_MAX], buf[8192];
+    if (sandbox_dir(cg, c, uid, dir) < 0 || dir_file(path, dir, file) < 0 ||
+        read_file(path, buf, sizeof(buf)) < 0)
+        return -1;
+    if (!key)
+        return strncmp(buf, "max", 3) == 0 ? 0 : strtoll(buf, NULL, 10);
+    size_t kl = strlen(key);
+    for (const char *p = buf; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        if (strncmp(p, key, kl) == 0 && p[kl] == ' ')
+            return strtoll(p + kl + 1, NULL, 10);
+    return -1;
+}
+
+/* CPU time of the processes listed in one cgroup.procs, with what their
+ * reaped children used (/proc/<pid>/stat utime, stime, cutime, cstime). */
+static int64_t procs_cpu_usec(const char *procs_path)
+{
+    FILE *f = fopen(procs_path, "re");
+    if (!f)
+        return 0;
+    long tick = sysconf(_SC_CLK_TCK);
+    int64_t ticks = 0;
+    long pid;
+    while (fscanf(f, "%ld", &pid) == 1) {
+        char path[64], buf[1024];
+        snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+        if (read_file(path, buf, sizeof(buf)) < 0)
+            continue;
+        /* After the command's name, which may hold spaces and parentheses. */
+        const char *p = strrchr(buf, ')');
+        unsigned long long ut = 0, st = 0;
+        long long cut = 0, cst = 0;
+        if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %lld %lld",
+                        &ut, &st, &cut, &cst) == 4)
+            ticks += (int64_t)(ut + st) + (int64_t)(cut + cst);
+    }
+    fclose(f);
+    return tick > 0 ? ticks * (1000000 / tick) : 0;
+}
+
+/* v1 without a cpuacct hierarchy of the sandbox's: its live processes'
+ * CPU, read through the one hierarchy that lists them all (pids: the
+ * sandbox's cgroup and its executions' x<seq> below it). Processes that
+ * ended unreaped by one of its own are not counted. */
+static int64_t v1_cpu_usec(const struct sl_cgroups *cg, uid_t uid)
+{
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (!cg->enforced[CTL_PIDS] || sandbox_dir(cg, CTL_PIDS, uid, dir) < 0)
+        return -1;
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int64_t total = 0;
+    if (dir_file(path, dir, "cgroup.procs") == 0)
+        total += procs_cpu_usec(path);
+    for (struct dirent *e; (e = readdir(d));) {
+        char sub[PATH_MAX];
+        if (e->d_name[0] != 'x' || e->d_type != DT_DIR ||
+            cg_fmt(sub, sizeof(sub), "%s/%s/cgroup.procs", dir, e->d_name) < 0)
+            continue;
+        total += procs_cpu_usec(sub);
+    }
+    closedir(d);
+    return total;
+}
+
+void sl_cgroup_usage(struct sl_cgroups *cg, uid_t uid, struct sl_cgroup_usage *out)
+{
+    *out = (struct sl_cgroup_usage){-1, -1, -1, -1};
+    bool v2 = cg->version == SL_CGROUP_V2;
+    if (cg->enforced[CTL_MEMORY]) {
+        out->memory_bytes =
+            cg_number(cg, CTL_MEMORY, uid, v2 ? "memory.current" : "memory.usage_in_bytes", NULL);
+        out->cache_bytes = cg_number(cg, CTL_MEMORY, uid, "memory.stat", v2 ? "file" : "cache");
+        out->memory_limit =
+            cg_number(cg, CTL_MEMORY, uid, v2 ? "memory.max" : "memory.limit_in_bytes", NULL);
+    }
+    if (v2) {
+        out->cpu_usec = cg_number(cg, 0, uid, "cpu.stat", "usage_usec");
+    } else if (cg->version == SL_CGROUP_V1) {
+        /* cpuacct where it is mounted with cpu, else the processes'. */
+        int64_t ns = cg->enforced[CTL_CPU] ? cg_number(cg, CTL_CPU, uid, "cpuacct.usage", NULL)
+                                           : -1;
+        out->cpu_usec = ns >= 0 ? ns / 1000 : v1_cpu_usec(cg, uid);
+    }
+}
+
 /* ---- per-execution cgroups ---------------------------------------------- */
 
 /* The hierarchy holding execution cgroups: v2's one, or v1's pids (the one

@@ -68,6 +68,16 @@ int sl_cgroup_enter_fds(struct sl_cgroups *cg, uid_t uid, const struct sl_cgroup
 /* OOM kills recorded in the sandbox's memory cgroup so far (-1: unknown). */
 int64_t sl_cgroup_oom_kills(struct sl_cgroups *cg, uid_t uid);
 
+/* What a sandbox uses now, as its cgroups count it (-1: not counted here:
+ * no such controller, or the sandbox runs nothing and has no cgroup). */
+struct sl_cgroup_usage {
+    int64_t cpu_usec;      /* CPU time of all its processes so far */
+    int64_t memory_bytes;  /* memory charged now, page cache included */
+    int64_t cache_bytes;   /* of it, page cache */
+    int64_t memory_limit;  /* its limit (0: none) */
+};
+void sl_cgroup_usage(struct sl_cgroups *cg, uid_t uid, struct sl_cgroup_usage *out);
+
 /* Per-execution cgroups, so that ending a command reaches every process it
  * started, in any process group or session, without racing its forks (a
  * fork bomb). v2: a child of the sandbox's cgroup (no controllers of its

@@ -619,3 +619,11 @@ fail:
     sl_rt_close(rt);
     return -1;
 }
+
+void sl_rt_sandbox_usage(struct sl_runtime *rt, uid_t uid, struct sl_cgroup_usage *out)
+{
+    if (rt->cgroups)
+        sl_cgroup_usage(rt->cgroups, uid, out);
+    else
+        *out = (struct sl_cgroup_usage){-1, -1, -1, -1};
+}

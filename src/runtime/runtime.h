@@ -215,6 +215,11 @@ int sl_rt_sessions(struct sl_runtime *rt);
  * made inside its session's network namespace (isolated, private), or in
  * host mode only to a port that the sandbox's own uid listens on.
  * SANDBOX_PORT_NOT_LISTENING when nothing of the sandbox listens there. */
+/* What the sandbox of `uid` uses now (runtime/cgroup.h; every field -1
+ * without cgroups). */
+struct sl_cgroup_usage;
+void sl_rt_sandbox_usage(struct sl_runtime *rt, uid_t uid, struct sl_cgroup_usage *out);
+
 int sl_rt_sandbox_connect(struct sl_runtime *rt, uid_t uid, uint16_t port, int64_t timeout_ms,
                           struct sl_error *err);
 

@@ -9,6 +9,8 @@
  * itself once a second for the sandboxes it owns: kill (release) or pause
  * (the files-only suspend), as the create asked. */
 #include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,11 @@
 #include "config/config.h"
 #include "service/internal.h"
 #include "service/service.h"
+#include "runtime/cgroup.h"
+#include "runtime/runtime.h"
 #include "store/store.h"
+#include "workspace/layout.h"
+#include "workspace/quota.h"
 
 #define E2B_ACTOR "system:e2b-timeout"
 /* The templates E2B's SDKs name by default: a plain sandbox here. */
@@ -280,4 +286,106 @@ void svc_e2b_cycle(struct sl_service *svc)
                     pause ? "paused" : "killed");
     }
     sl_e2b_sandboxes_free(due, n);
+}
+
+/* ---- usage (E2B's metrics) ---- */
+
+/* The CPU time a sandbox had at its last sample, so a sample says how busy
+ * it was since: a small table, oldest forgotten first. */
+#define USAGE_SAMPLES 1024
+/* A first sample has no earlier one: it measures over this long. */
+#define USAGE_FIRST_WINDOW_US 100000
+/* A disk count reads at most this many entries of a sandbox. */
+#define USAGE_MAX_INODES 200000
+
+static struct {
+    pthread_mutex_t lock;
+    struct {
+        char id[160];
+        int64_t at_us, cpu_usec;
+    } v[USAGE_SAMPLES];
+    size_t next;
+} samples = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool sample_swap(const char *id, int64_t at_us, int64_t cpu_usec, int64_t *prev_at,
+                        int64_t *prev_cpu)
+{
+    bool found = false;
+    pthread_mutex_lock(&samples.lock);
+    size_t slot = samples.next;
+    for (size_t i = 0; i < USAGE_SAMPLES; i++)
+        if (strcmp(samples.v[i].id, id) == 0) {
+            found = true;
+            slot = i;
+            *prev_at = samples.v[i].at_us;
+            *prev_cpu = samples.v[i].cpu_usec;
+            break;
+        }
+    if (!found)
+        samples.next = (samples.next + 1) % USAGE_SAMPLES;
+    snprintf(samples.v[slot].id, sizeof(samples.v[slot].id), "%s", id);
+    samples.v[slot].at_us = at_us;
+    samples.v[slot].cpu_usec = cpu_usec;
+    pthread_mutex_unlock(&samples.lock);
+    return found;
+}
+
+json_t *sl_svc_sandbox_usage(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    int64_t generation = 0;
+    uid_t uid = 0;
+    if (svc_live_current(svc, sandbox_id, &generation, &uid) < 0) {
+        struct sl_route r = {0};
+        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
+        if (found < 0)
+            return NULL;
+        if (!found) {
+            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "no such sandbox");
+            return NULL;
+        }
+        uid = (uid_t)r.sandbox_uid;
+        sl_route_clear(&r);
+    }
+    struct sl_cgroup_usage u;
+    sl_rt_sandbox_usage(svc->runtime, uid, &u);
+    int64_t now = sl_mono_us(), prev_at = 0, prev_cpu = 0;
+    double cpu_pct = 0;
+    if (u.cpu_usec >= 0) {
+        if (!sample_swap(sandbox_id, now, u.cpu_usec, &prev_at, &prev_cpu)) {
+            usleep(USAGE_FIRST_WINDOW_US);
+            struct sl_cgroup_usage later;
+            sl_rt_sandbox_usage(svc->runtime, uid, &later);
+            prev_at = now;
+            prev_cpu = u.cpu_usec;
+            now = sl_mono_us();
+            u.cpu_usec = later.cpu_usec >= 0 ? later.cpu_usec : u.cpu_usec;
+            sample_swap(sandbox_id, now, u.cpu_usec, &prev_at, &prev_cpu);
+            prev_at = now - USAGE_FIRST_WINDOW_US;
+        }
+        int cpus = svc->cfg->cpu_limit > 0 ? (int)svc->cfg->cpu_limit : 1;
+        if (now > prev_at && u.cpu_usec >= prev_cpu)
+            cpu_pct = 100.0 * (double)(u.cpu_usec - prev_cpu) / (double)(now - prev_at) /
+                      (cpus > 0 ? cpus : 1);
+    }
+    int64_t disk = -1, inodes = 0;
+    struct sl_error open_err = {0};
+    int root = ws_sandbox_open(svc->cfg->workspace_root, sandbox_id, &open_err);
+    if (root >= 0) {
+        int dir = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir >= 0) {
+            if (ws_quota_usage(dir, USAGE_MAX_INODES, &disk, &inodes) < 0)
+                disk = -1;
+            close(dir);
+        }
+        close(root);
+    }
+    json_t *doc = json_pack("{s:I,s:f,s:I,s:I,s:I,s:I,s:I}", "cpu_usec", (json_int_t)u.cpu_usec,
+                            "cpu_used_pct", cpu_pct, "memory_bytes",
+                            (json_int_t)u.memory_bytes, "cache_bytes", (json_int_t)u.cache_bytes,
+                            "memory_limit", (json_int_t)u.memory_limit, "disk_bytes",
+                            (json_int_t)disk, "disk_limit",
+                            (json_int_t)svc->cfg->workspace_quota_bytes);
+    if (!doc)
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    return doc;
 }

@@ -311,6 +311,12 @@ int sl_svc_e2b_list(struct sl_service *svc, const char *id_prefix, const char *a
                     int64_t limit, struct sl_e2b_sandbox **out, size_t *n, struct sl_error *err);
 int sl_svc_e2b_kill(struct sl_service *svc, const char *sandbox_id, const char *actor,
                     struct sl_error *err);
+/* What a sandbox uses now: {"cpu_usec", "cpu_used_pct" (of its CPU limit,
+ * since the previous sample, or over 0.1 s for a first), "memory_bytes",
+ * "cache_bytes", "memory_limit", "disk_bytes", "disk_limit"}; -1 for what
+ * this worker does not count (no such cgroup controller, a sandbox that
+ * runs nothing). */
+json_t *sl_svc_sandbox_usage(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 /* The generation a sandbox is at now (live here, else its route's), for
  * calls that carry none (E2B's, a browser's). */
 int sl_svc_current_generation(struct sl_service *svc, const char *sandbox_id,

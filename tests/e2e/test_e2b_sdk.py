@@ -26,7 +26,8 @@ from test_mcp_sdk import _tail, ensure_node
 SDK_DIR = Path(__file__).resolve().parent / "e2b_sdk"
 ADMIN = "/api/v1/admin/tenants"
 NEW = ("quickstart", "background", "processes", "stdin", "environment", "lifecycle", "paging",
-       "lifetime", "tenants", "unsupported", "pty", "watch", "interpreter")
+       "lifetime", "tenants", "unsupported", "pty", "watch", "interpreter",
+       "metrics")
 OLD = ("quickstart", "background", "processes", "lifecycle")
 
 
@@ -277,3 +278,19 @@ def test_code_interpreter(new_sdk):
     assert ci["afterRestart"] == "NameError", ci  # a restart starts afresh
     assert ci["contextsAfter"] == ["default"], ci
     assert ci["file"] == "written by python", ci
+
+
+def test_metrics_are_the_sandboxes_own(new_sdk):
+    m = new_sdk["metrics"]
+    for sample in m["first"] + m["second"]:
+        assert sample["timestamp"] is True and sample["cpuCount"] >= 1, sample
+        # 2 MiB written through the files API are on its disk.
+        assert sample["diskUsed"] >= 2 * 1024 * 1024, sample
+    assert len(m["first"]) == 1 and len(m["second"]) == 1, m
+    # This machine has the memory and CPU controllers (cgroup v1), as the
+    # CI's does: the counts are real.
+    busy = m["second"][0]
+    assert busy["memUsed"] > 0 and busy["memTotal"] > 0, busy
+    # A shell spinning on one CPU of the sandbox's two: well above idle.
+    assert 20 <= busy["cpuUsedPct"] <= 100.5, busy
+    assert 20 <= m["first"][0]["cpuUsedPct"] <= 100.5, m["first"]

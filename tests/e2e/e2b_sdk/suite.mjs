@@ -192,6 +192,21 @@ const scenarios = {
     }
   },
 
+  // Metrics: what the sandbox's cgroups count, sampled now.
+  async metrics() {
+    const sbx = await create()
+    await sbx.files.write('big.bin', new Uint8Array(2 * 1024 * 1024).fill(7))
+    await sbx.commands.run('timeout 4 sh -c "while :; do :; done"', { background: true })
+    await sleep(1000)
+    const first = await sbx.getMetrics()
+    await sleep(1000)
+    const second = await sbx.getMetrics()
+    const pick = (m) => ({ cpuCount: m.cpuCount, cpuUsedPct: m.cpuUsedPct, memUsed: m.memUsed,
+                           memTotal: m.memTotal, diskUsed: m.diskUsed,
+                           timestamp: m.timestamp instanceof Date && !isNaN(m.timestamp) })
+    return { first: first.map(pick), second: second.map(pick) }
+  },
+
   // Pages of a listing follow x-next-token.
   async paging() {
     const tag = `paging-${process.pid}`
