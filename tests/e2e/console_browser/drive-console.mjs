@@ -215,8 +215,12 @@ async function fleet(page) {
     await page.locator(liveRow).click();
     await waitText(page, '#output-meta', 'following');
     await waitText(page, '#output-stdout', 'live-2');
-    const before = (await page.locator('#output-stdout').textContent()).length;
-    await waitText(page, '#output-stdout', 'live-6');
+    // Lines that come after the panel opened, however late it opened: the
+    // command prints one every 0.5 s for 30 s.
+    const shown = await page.locator('#output-stdout').textContent();
+    const last = Math.max(...[...shown.matchAll(/live-(\d+)/g)].map((m) => Number(m[1])));
+    const before = shown.length;
+    await waitText(page, '#output-stdout', `live-${last + 2}`);
     const after = (await page.locator('#output-stdout').textContent()).length;
     check(after > before, `the output did not grow (${before} -> ${after})`);
     await page.locator('#output-close').click();
