@@ -209,14 +209,10 @@ static void exec_id_of(uint32_t pid, char out[32])
 static json_t *merged_envs(struct sl_request *req, const json_t *own)
 {
     json_t *envs = json_object();
-    struct sl_e2b_sandbox e;
-    struct sl_error err = {0};
-    if (envs && sl_svc_e2b_get(req->svc, req->params[0], &e, &err) == 0) {
-        _cleanup_json_ json_t *base = e.env_json ? json_loads(e.env_json, 0, NULL) : NULL;
-        if (json_is_object(base))
-            json_object_update(envs, base);
-        sl_e2b_sandbox_clear(&e);
-    }
+    _cleanup_free_ char *text = sl_svc_e2b_env(req->svc, req->params[0]);
+    _cleanup_json_ json_t *base = text ? json_loads(text, 0, NULL) : NULL;
+    if (envs && json_is_object(base))
+        json_object_update(envs, base);
     if (envs && json_is_object(own))
         json_object_update(envs, (json_t *)own);
     return envs;

@@ -90,6 +90,53 @@ static int64_t generation_of(const json_t *doc)
     return json_integer_value(json_object_get(doc, "generation"));
 }
 
+/* envVars by sandbox, once read: a small table, oldest forgotten first
+ * (a miss costs one read of the row). An id is never reused by E2B's
+ * create, and its envVars never change, so an entry cannot go stale. */
+#define ENV_CACHE 1024
+static struct {
+    pthread_mutex_t lock;
+    struct {
+        char id[160];
+        char *env; /* NULL: none */
+    } v[ENV_CACHE];
+    size_t next;
+} env_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void env_cache_put(const char *id, const char *env)
+{
+    char *copy = env ? strdup(env) : NULL;
+    if (env && !copy)
+        return;
+    pthread_mutex_lock(&env_cache.lock);
+    size_t i = env_cache.next;
+    env_cache.next = (env_cache.next + 1) % ENV_CACHE;
+    free(env_cache.v[i].env);
+    snprintf(env_cache.v[i].id, sizeof(env_cache.v[i].id), "%s", id);
+    env_cache.v[i].env = copy;
+    pthread_mutex_unlock(&env_cache.lock);
+}
+
+char *sl_svc_e2b_env(struct sl_service *svc, const char *sandbox_id)
+{
+    pthread_mutex_lock(&env_cache.lock);
+    for (size_t i = 0; i < ENV_CACHE; i++)
+        if (env_cache.v[i].id[0] && strcmp(env_cache.v[i].id, sandbox_id) == 0) {
+            char *env = env_cache.v[i].env ? strdup(env_cache.v[i].env) : NULL;
+            pthread_mutex_unlock(&env_cache.lock);
+            return env;
+        }
+    pthread_mutex_unlock(&env_cache.lock);
+    struct sl_e2b_sandbox e;
+    struct sl_error err = {0};
+    if (sl_svc_e2b_get(svc, sandbox_id, &e, &err) < 0)
+        return NULL; /* not an E2B sandbox, or the store failed: none */
+    char *env = e.env_json ? strdup(e.env_json) : NULL;
+    env_cache_put(sandbox_id, env);
+    sl_e2b_sandbox_clear(&e);
+    return env;
+}
+
 int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
                       struct sl_e2b_sandbox *out, struct sl_error *err)
 {
@@ -133,6 +180,7 @@ int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
         json_decref(gone);
         return -1;
     }
+    env_cache_put(n->sandbox_id, n->env_json);
     return sl_svc_e2b_get(svc, n->sandbox_id, out, err);
 }
 

@@ -305,6 +305,9 @@ int sl_svc_e2b_pause(struct sl_service *svc, const char *sandbox_id, struct sl_e
  * from now (0: the one it has, or the default when that has passed). */
 int sl_svc_e2b_connect(struct sl_service *svc, const char *sandbox_id, int64_t timeout_seconds,
                        bool *resumed, struct sl_e2b_sandbox *out, struct sl_error *err);
+/* Its envVars (object text, malloc'd; NULL for none): kept in memory once
+ * read, since they never change (every E2B process reads them). */
+char *sl_svc_e2b_env(struct sl_service *svc, const char *sandbox_id);
 /* Those not released whose stored id starts with id_prefix (NULL: all),
  * after `after`, by id (store.h's e2b_list). */
 int sl_svc_e2b_list(struct sl_service *svc, const char *id_prefix, const char *after,

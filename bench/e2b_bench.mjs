@@ -1,0 +1,60 @@
+// The E2B SDK's figures (bench/e2b_bench.py runs this with the pinned SDK):
+//   1. Sandbox.create() to the first commands.run('true') result, per
+//      sandbox, over N sandboxes (each killed after, untimed);
+//   2. commands.run('true') round trips on one sandbox beside the native
+//      exec route (POST /api/v1/sandboxes/{id}/exec, the same daemon, the
+//      same client process, keep-alive fetch), alternating.
+// Prints one JSON object of milliseconds; asserts nothing.
+import { Sandbox } from 'e2b'
+
+const [n, rounds] = process.argv.slice(2).map(Number)
+const api = process.env.E2B_API_URL
+const token = process.env.BENCH_TOKEN
+const ms = () => Number(process.hrtime.bigint()) / 1e6
+
+const createToFirst = []
+for (let i = 0; i < n; i++) {
+  const t0 = ms()
+  const sbx = await Sandbox.create()
+  const r = await sbx.commands.run('true')
+  createToFirst.push(ms() - t0)
+  if (r.exitCode !== 0) throw new Error('true failed')
+  await sbx.kill()
+}
+
+// Round trips: one E2B sandbox, one native sandbox, warmed once each.
+const sbx = await Sandbox.create()
+await sbx.commands.run('true')
+const auth = { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }
+const id = 'bench-' + Math.random().toString(16).slice(2, 10)
+let r = await fetch(`${api}/api/v1/sandboxes/resolve`, { method: 'POST', headers: auth,
+  body: JSON.stringify({ sandbox_id: id, workspace_scope_id: id }) })
+const { generation } = await r.json()
+await fetch(`${api}/api/v1/sandboxes/${id}`, { method: 'POST', headers: auth,
+  body: JSON.stringify({ generation }) })
+let seq = 0
+// The SDK runs `/bin/bash -l -c <cmd>`: the native route runs the same
+// (the protocol's cost), and plain `true` (what a native client would).
+const native = async (argv) => {
+  const res = await fetch(`${api}/api/v1/sandboxes/${id}/exec`, { method: 'POST', headers: auth,
+    body: JSON.stringify({ exec_id: `bench-${seq++}`, generation, argv }) })
+  const body = await res.json()
+  if (body.status !== 'SUCCEEDED') throw new Error(JSON.stringify(body))
+}
+const login = ['/bin/bash', '-l', '-c', 'true']
+await native(login)
+const e2b = [], nat = [], bare = []
+for (let i = 0; i < rounds; i++) {
+  let t0 = ms()
+  await sbx.commands.run('true')
+  e2b.push(ms() - t0)
+  t0 = ms()
+  await native(login)
+  nat.push(ms() - t0)
+  t0 = ms()
+  await native(['true'])
+  bare.push(ms() - t0)
+}
+await sbx.kill()
+await fetch(`${api}/api/v1/sandboxes/${id}`, { method: 'DELETE', headers: auth })
+console.log(JSON.stringify({ createToFirst, e2b, native: nat, bare }))
