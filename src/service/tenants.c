@@ -282,6 +282,11 @@ json_t *sl_svc_api_key_create(struct sl_service *svc, const char *tenant_id, con
                 return NULL;
             }
             json_object_set_new(doc, "api_key", json_string(api_key));
+            /* E2B's spelling of the same key (e2b/e2b.h): its 60 hex digits. */
+            char e2b[4 + SL_KEY_ID_LEN - 2 + SL_KEY_SECRET_LEN + 1];
+            snprintf(e2b, sizeof(e2b), "e2b_%.12s%.48s", k.key_id + 2, secret);
+            json_object_set_new(doc, "e2b_api_key", json_string(e2b));
+            explicit_bzero(e2b, sizeof(e2b));
             explicit_bzero(secret, sizeof(secret));
             explicit_bzero(api_key, sizeof(api_key));
             return doc;

@@ -58,7 +58,9 @@ def e2b_key(client):
     key = r.body["api_key"]
     m = re.fullmatch(r"sl([0-9a-f]{12})_([0-9a-f]{48})", key)
     assert m, key
-    return tid, "e2b_" + m.group(1) + m.group(2)
+    # The answer gives the same key in E2B's spelling.
+    assert r.body["e2b_api_key"] == "e2b_" + m.group(1) + m.group(2), r.body
+    return tid, r.body["e2b_api_key"]
 
 
 def run_suite(daemon, sdk_dir, sdk, scenarios, key, other_key):
