@@ -32,6 +32,7 @@
 #include "interpreter_py.h"
 #include "service/outlog.h"
 #include "service/service.h"
+#include "service/tenants.h"
 #include "store/store.h"
 
 #define CTX_PREFIX "e2bctx-"
@@ -140,9 +141,27 @@ static json_t *context_json(const char *id, const json_t *request)
     return json_pack("{s:s,s:s,s:s}", "id", id, "language", "python", "cwd", cwd ? cwd : HOME);
 }
 
-/* A new process for context `ctx`. */
+static int context_launch(struct sl_request *req, int64_t generation, const char *ctx,
+                          const char *cwd, char *exec_id, size_t size, struct sl_error *err);
+
+/* A new process for context `ctx`: a command of its tenant's
+ * (commands_in_flight), as any E2B process. */
 static int context_start(struct sl_request *req, int64_t generation, const char *ctx,
                          const char *cwd, char *exec_id, size_t size, struct sl_error *err)
+{
+    struct sl_principal who = *req->principal;
+    bool held = false;
+    int64_t value = 0;
+    if (sl_svc_principal_of_sandbox(req->svc, req->params[0], &who, err) < 0 ||
+        sl_svc_quota_enter(req->svc, &who, SL_LIMIT_COMMANDS, NULL, &held, &value, err) < 0)
+        return -1;
+    int rc = context_launch(req, generation, ctx, cwd, exec_id, size, err);
+    sl_svc_quota_leave(req->svc, held);
+    return rc;
+}
+
+static int context_launch(struct sl_request *req, int64_t generation, const char *ctx,
+                          const char *cwd, char *exec_id, size_t size, struct sl_error *err)
 {
     char n[9];
     if (sl_random_hex(n, 4) < 0)

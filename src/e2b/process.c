@@ -27,6 +27,7 @@
 #include "e2b/envd.h"
 #include "service/outlog.h"
 #include "service/service.h"
+#include "service/tenants.h"
 #include "store/store.h"
 
 #define EXEC_PREFIX "e2b-"
@@ -509,7 +510,18 @@ void sl_envd_process(struct sl_request *req, struct sl_response *resp, const cha
         return;
     }
     if (streaming && strcmp(method, "Start") == 0) {
+        /* A process is a command of its tenant's (commands_in_flight),
+         * counted from its admission, as an exec through the API. */
+        struct sl_principal who = *req->principal;
+        bool held = false;
+        int64_t value = 0;
+        if (sl_svc_principal_of_sandbox(req->svc, req->params[0], &who, &err) < 0 ||
+            sl_svc_quota_enter(req->svc, &who, SL_LIMIT_COMMANDS, NULL, &held, &value, &err) < 0) {
+            sl_envd_stream_err(resp, &err);
+            return;
+        }
         process_start(req, resp, msg, generation);
+        sl_svc_quota_leave(req->svc, held);
     } else if (streaming && strcmp(method, "Connect") == 0) {
         uint32_t pid = selected_pid(req, json_object_get(msg, "process"));
         char exec_id[32];

@@ -557,3 +557,11 @@ int svc_tenant_limits(struct sl_service *svc, const char *sandbox_id,
     memcpy(quota, fresh, sizeof(fresh));
     return 1;
 }
+
+int sl_svc_principal_of_sandbox(struct sl_service *svc, const char *sandbox_id,
+                                struct sl_principal *p, struct sl_error *err)
+{
+    if (p->kind != SL_PRINCIPAL_TENANT)
+        return 0;
+    return svc_tenant_limits(svc, sandbox_id, p->quota, NULL, err) < 0 ? -1 : 0;
+}

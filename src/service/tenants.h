@@ -91,6 +91,12 @@ int sl_svc_quota_enter(struct sl_service *svc, const struct sl_principal *who,
                        enum sl_tenant_limit limit, const char *sandbox_id, bool *held,
                        int64_t *value, struct sl_error *err);
 void sl_svc_quota_leave(struct sl_service *svc, bool held);
+/* A tenant principal made without a key (E2B's envd access token) given
+ * its tenant's limits, from the sandbox's stored id (cached a second), so
+ * the quota gates above apply to it as to a key's. The operator's is left
+ * as it is. */
+int sl_svc_principal_of_sandbox(struct sl_service *svc, const char *sandbox_id,
+                                struct sl_principal *p, struct sl_error *err);
 int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *secret,
                      bool may_block, struct sl_principal *who, struct sl_error *err);
 

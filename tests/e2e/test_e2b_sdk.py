@@ -27,7 +27,7 @@ SDK_DIR = Path(__file__).resolve().parent / "e2b_sdk"
 ADMIN = "/api/v1/admin/tenants"
 NEW = ("quickstart", "background", "processes", "stdin", "environment", "lifecycle", "paging",
        "lifetime", "tenants", "unsupported", "pty", "watch", "interpreter",
-       "metrics")
+       "metrics", "quota")
 OLD = ("quickstart", "background", "processes", "lifecycle")
 
 
@@ -49,10 +49,11 @@ def sdk_dir(tmp_path_factory):
     return work
 
 
-def e2b_key(client):
+def e2b_key(client, quotas=None):
     """A new tenant and its key, in E2B's spelling."""
     tid = "e2b-" + uuid.uuid4().hex[:10]
-    assert client.post(ADMIN, json={"tenant_id": tid}).status == 201
+    body = {"tenant_id": tid, **({"quotas": quotas} if quotas else {})}
+    assert client.post(ADMIN, json=body).status == 201
     r = client.post(f"{ADMIN}/{tid}/keys", json={"name": "e2b"})
     assert r.status == 201, r
     key = r.body["api_key"]
@@ -63,10 +64,10 @@ def e2b_key(client):
     return tid, r.body["e2b_api_key"]
 
 
-def run_suite(daemon, sdk_dir, sdk, scenarios, key, other_key):
+def run_suite(daemon, sdk_dir, sdk, scenarios, key, other_key, quota_key=""):
     url = f"http://127.0.0.1:{daemon.port}"
     env = dict(os.environ, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key,
-               OTHER_KEY=other_key)
+               OTHER_KEY=other_key, QUOTA_KEY=quota_key)
     env.pop("E2B_DOMAIN", None)
     r = subprocess.run(["node", "suite.mjs", sdk, *scenarios], cwd=sdk_dir, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -84,18 +85,18 @@ def run_suite(daemon, sdk_dir, sdk, scenarios, key, other_key):
 
 @pytest.fixture(scope="module")
 def keys(client):
-    return e2b_key(client), e2b_key(client)
+    return e2b_key(client), e2b_key(client), e2b_key(client, {"commands_in_flight": 1})
 
 
 @pytest.fixture(scope="module")
 def new_sdk(daemon, sdk_dir, keys):
-    (_, key), (_, other) = keys
-    return run_suite(daemon, sdk_dir, "e2b", NEW, key, other)
+    (_, key), (_, other), (_, quota) = keys
+    return run_suite(daemon, sdk_dir, "e2b", NEW, key, other, quota)
 
 
 @pytest.fixture(scope="module")
 def old_sdk(daemon, sdk_dir, keys):
-    (_, key), (_, other) = keys
+    (_, key), (_, other), _ = keys
     return run_suite(daemon, sdk_dir, "e2b-old", OLD, key, other)
 
 
@@ -296,3 +297,11 @@ def test_metrics_are_the_sandboxes_own(new_sdk):
     # A shell spinning on one CPU of the sandbox's two: well above idle.
     assert 20 <= busy["cpuUsedPct"] <= 100.5, busy
     assert 20 <= m["first"][0]["cpuUsedPct"] <= 100.5, m["first"]
+
+
+def test_a_tenants_command_quota_counts_e2b_processes(new_sdk):
+    q = new_sdk["quota"]
+    # commands_in_flight 1: the background process holds it.
+    assert q["second"]["name"] == "RateLimitError", q
+    assert "commands_in_flight" in q["second"]["message"], q
+    assert q["after"] == "room again\n", q

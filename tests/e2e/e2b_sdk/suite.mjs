@@ -352,6 +352,23 @@ const scenarios = {
     }
   },
 
+  // A tenant's commands_in_flight counts E2B processes too.
+  async quota() {
+    const sbx = await Sandbox.create({ apiKey: process.env.QUOTA_KEY, timeoutMs: 120_000 })
+    made.push(sbx)
+    const handle = await sbx.commands.run('sleep 30', { background: true })
+    let second
+    try {
+      await sbx.commands.run('true')
+    } catch (e) {
+      second = errorFacts(e)
+    }
+    await handle.kill()
+    await sleep(500)
+    const after = await sbx.commands.run('echo room again')
+    return { second, after: after.stdout }
+  },
+
   // What this service does not do answers clearly.
   async unsupported() {
     const facts = {}
