@@ -402,10 +402,20 @@ static ssize_t watch_read(struct sl_body_source *src, char *out, size_t max)
         sl_buf_init(&extra, SIZE_MAX);
         int rc = 0;
         if (!w->begun) {
+            /* What begins the stream goes alone, before anything queued. */
             w->begun = true;
-            rc = w->enc.begin ? w->enc.begin(w->enc.ctx, &extra) : 0;
+            if (w->enc.begin && (rc = w->enc.begin(w->enc.ctx, &extra)) == 0 && extra.len) {
+                w->sending = extra.data;
+                w->sending_len = extra.len;
+                continue;
+            }
+            if (rc == 0) {
+                sl_buf_free(&extra);
+                continue; /* nothing begins it: what is due comes next */
+            }
         } else if (w->dropped) {
             rc = w->enc.overflow(w->enc.ctx, w->dropped, &extra);
+            w->dropped = 0; /* said (or, for a framing with no word for it, not) */
         } else if (w->keepalive_due && !w->queued) {
             rc = w->enc.keepalive(w->enc.ctx, &extra);
         } else if (w->ended && !w->end_sent && !w->queued) {
@@ -418,8 +428,8 @@ static ssize_t watch_read(struct sl_body_source *src, char *out, size_t max)
             return -1;
         }
         if (w->queued || extra.len) {
-            /* What begins the stream, the queue, then what it could not
-             * keep (or its end) go out as one. */
+            /* The queue, then what it could not keep (or its end), go out
+             * as one. */
             size_t n = w->queue.len + extra.len;
             w->sending = malloc(n + 1);
             if (!w->sending) {

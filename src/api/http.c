@@ -385,21 +385,28 @@ static enum auth_outcome authenticate_envd(struct conn_state *st, struct MHD_Con
 {
     const char *value = NULL;
     size_t len = 0;
+    enum sl_e2b_token kind = SL_E2B_TOKEN_ENVD;
     if ((MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "X-Access-Token", 14, &value,
                                        &len) != MHD_YES ||
-         !value) &&
-        (st->route->credential != SL_CRED_E2B_TRAFFIC ||
-         MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token", 24,
-                                       &value, &len) != MHD_YES ||
-         !value))
-        return AUTH_REFUSED;
+         !value)) {
+        /* The interpreter's context calls carry the traffic token alone. */
+        kind = SL_E2B_TOKEN_TRAFFIC;
+        if (st->route->credential != SL_CRED_E2B_TRAFFIC ||
+            MHD_lookup_connection_value_n(conn, MHD_HEADER_KIND, "E2B-Traffic-Access-Token", 24,
+                                          &value, &len) != MHD_YES ||
+            !value)
+            return AUTH_REFUSED;
+    }
     if (st->nparams < 1)
         return AUTH_REFUSED;
-    return sl_e2b_envd_token_check(st->http->cfg->internal_token, st->params[0], value, len,
-                                   &st->principal)
+    return sl_e2b_envd_token_check(st->http->cfg->internal_token, kind, st->params[0], value,
+                                   len, &st->principal)
                ? AUTH_ACCEPTED
                : AUTH_REFUSED;
 }
+
+/* A credential copied out of a header leaves no trace on the stack. */
+static void wipe_credential(char (*buf)[600]) { explicit_bzero(*buf, sizeof(*buf)); }
 
 static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connection *conn)
 {
@@ -407,7 +414,7 @@ static enum auth_outcome authenticate(struct conn_state *st, struct MHD_Connecti
     const char *value = NULL;
     size_t len = 0;
     st->principal = (struct sl_principal){.kind = SL_PRINCIPAL_NONE};
-    char from_protocol[600];
+    __attribute__((cleanup(wipe_credential))) char from_protocol[600];
     enum sl_route_credential cred =
         st->match == SL_MATCH_OK ? st->route->credential : SL_CRED_BEARER;
     if (cred == SL_CRED_E2B_ENVD || cred == SL_CRED_E2B_TRAFFIC)

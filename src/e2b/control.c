@@ -24,7 +24,7 @@
 #define LIST_DEFAULT 100
 #define LIST_MAX 1000
 
-static void respond_e2b_error(struct sl_response *resp, int status, const char *message)
+void sl_e2b_respond_error(struct sl_response *resp, int status, const char *message)
 {
     resp->status = status;
     resp->content_type = "application/json";
@@ -38,7 +38,7 @@ static void respond_err(struct sl_response *resp, const struct sl_error *err)
     int status = sl_api_status_for_code(err->code);
     snprintf(resp->log_detail, sizeof(resp->log_detail), "%s: %.200s", err->code,
              err->detail[0] ? err->detail : err->message);
-    respond_e2b_error(resp, status, status == 500 ? "internal error" : err->message);
+    sl_e2b_respond_error(resp, status, status == 500 ? "internal error" : err->message);
 }
 
 static void respond_doc(struct sl_response *resp, int status, json_t *doc)
@@ -49,7 +49,7 @@ static void respond_doc(struct sl_response *resp, int status, json_t *doc)
     resp->len = resp->body ? strlen(resp->body) : 0;
     json_decref(doc);
     if (!resp->body)
-        respond_e2b_error(resp, 500, "internal error");
+        sl_e2b_respond_error(resp, 500, "internal error");
 }
 
 static void respond_empty(struct sl_response *resp, int status)
@@ -68,7 +68,7 @@ static json_t *body_object(struct sl_request *req, struct sl_response *resp)
     json_t *doc = json_loadb(req->raw_body, req->raw_len, 0, NULL);
     if (!json_is_object(doc)) {
         json_decref(doc);
-        respond_e2b_error(resp, 400, "the body must be a JSON object");
+        sl_e2b_respond_error(resp, 400, "the body must be a JSON object");
         return NULL;
     }
     return doc;
@@ -89,7 +89,7 @@ static bool body_timeout(struct sl_request *req, struct sl_response *resp, const
                  "timeout must be a whole number of seconds from 0 to %lld "
                  "(SANDBOX_E2B_MAX_TIMEOUT_SECONDS)",
                  (long long)max);
-        respond_e2b_error(resp, 400, msg);
+        sl_e2b_respond_error(resp, 400, msg);
         return false;
     }
     *out = json_integer_value(t);
@@ -119,7 +119,7 @@ static bool body_pairs(struct sl_response *resp, const json_t *body, const char 
                  "%s must be an object of at most %d string values (names of 1 to 256 "
                  "characters, values of at most 65536, no NUL)",
                  field, MAX_PAIRS);
-        respond_e2b_error(resp, 400, msg);
+        sl_e2b_respond_error(resp, 400, msg);
         return false;
     }
     if (json_object_size(o) > 0)
@@ -163,16 +163,17 @@ static json_t *object_of(const char *text)
 static json_t *sandbox_json(struct sl_request *req, const struct sl_e2b_sandbox *e)
 {
     const struct sl_config *cfg = sl_service_config(req->svc);
-    char token[SL_E2B_TOKEN_MAX];
+    char token[SL_E2B_TOKEN_MAX], traffic[SL_E2B_TOKEN_MAX];
     const char *id = plain_id(e->sandbox_id);
-    sl_e2b_envd_token(cfg->internal_token, tenant_of(req), id, token);
+    sl_e2b_envd_token(cfg->internal_token, SL_E2B_TOKEN_ENVD, tenant_of(req), id, token);
+    /* The code interpreter sends the traffic token on its context calls,
+     * which carry no X-Access-Token; it opens those only. */
+    sl_e2b_envd_token(cfg->internal_token, SL_E2B_TOKEN_TRAFFIC, tenant_of(req), id, traffic);
     const char *domain = cfg->e2b_domain && cfg->e2b_domain[0] ? cfg->e2b_domain : NULL;
-    /* The traffic token is the same one: the code interpreter sends it on
-     * its context calls, which carry no X-Access-Token. */
     return json_pack("{s:s,s:s,s:s,s:s,s:s,s:o,s:s}", "sandboxID", id, "templateID",
                      e->template_id, "clientID", "sandloom", "envdVersion", SL_E2B_ENVD_VERSION,
                      "envdAccessToken", token, "domain",
-                     domain ? json_string(domain) : json_null(), "trafficAccessToken", token);
+                     domain ? json_string(domain) : json_null(), "trafficAccessToken", traffic);
 }
 
 /* The `SandboxDetail` of info and of each listed sandbox. */
@@ -191,6 +192,27 @@ static json_t *detail_json(struct sl_request *req, const struct sl_e2b_sandbox *
     return doc;
 }
 
+/* A create adds a sandbox and a running session of its tenant's: both
+ * checked, and what they admit, under the one quota lock (held after). */
+static int create_quotas(struct sl_request *req, const char *stored, bool *held,
+                         struct sl_error *err)
+{
+    int64_t value = 0;
+    if (sl_svc_quota_enter(req->svc, req->principal, SL_LIMIT_SANDBOXES, stored, held, &value,
+                           err) < 0)
+        return -1;
+    if (!*held)
+        return sl_svc_quota_enter(req->svc, req->principal, SL_LIMIT_RUNNING_SESSIONS, stored,
+                                  held, &value, err);
+    if (sl_svc_tenant_quota_check(req->svc, req->principal, SL_LIMIT_RUNNING_SESSIONS, stored,
+                                  &value, err) < 0) {
+        sl_svc_quota_leave(req->svc, *held);
+        *held = false;
+        return -1;
+    }
+    return 0;
+}
+
 void sl_e2b_create(struct sl_request *req, struct sl_response *resp)
 {
     _cleanup_json_ json_t *body = body_object(req, resp);
@@ -200,7 +222,7 @@ void sl_e2b_create(struct sl_request *req, struct sl_response *resp)
     const json_t *tpl = json_object_get(body, "templateID");
     const char *template_id = json_is_string(tpl) ? json_string_value(tpl) : "base";
     if ((tpl && !json_is_string(tpl)) || !*template_id || strlen(template_id) > 64) {
-        respond_e2b_error(resp, 400, "templateID must be a template name of 1 to 64 characters");
+        sl_e2b_respond_error(resp, 400, "templateID must be a template name of 1 to 64 characters");
         return;
     }
     int64_t timeout = 0;
@@ -219,13 +241,13 @@ void sl_e2b_create(struct sl_request *req, struct sl_response *resp)
             snprintf(msg, sizeof(msg),
                      "%s is not supported by this service (see docs/E2B.md for what is)",
                      unsupported[i]);
-            respond_e2b_error(resp, 400, msg);
+            sl_e2b_respond_error(resp, 400, msg);
             return;
         }
     }
     const json_t *internet = json_object_get(body, "allow_internet_access");
     if (json_is_false(internet)) {
-        respond_e2b_error(resp, 400,
+        sl_e2b_respond_error(resp, 400,
                           "allow_internet_access=false is not supported here yet: set the "
                           "sandbox's egress policy through the Sandloom API instead");
         return;
@@ -233,17 +255,18 @@ void sl_e2b_create(struct sl_request *req, struct sl_response *resp)
     bool pause = json_is_true(json_object_get(body, "autoPause"));
     char id[24] = "i";
     if (sl_random_hex(id + 1, 9) < 0) {
-        respond_e2b_error(resp, 500, "internal error");
+        sl_e2b_respond_error(resp, 500, "internal error");
         return;
     }
     const char *tenant = tenant_of(req);
     char stored[SL_TENANT_ID_MAX + 32];
-    snprintf(stored, sizeof(stored), "%s%s%s", tenant ? tenant : "", tenant ? "~" : "", id);
+    if (tenant)
+        snprintf(stored, sizeof(stored), "%s%c%s", tenant, SL_TENANT_SEP, id);
+    else
+        snprintf(stored, sizeof(stored), "%s", id);
     bool held = false;
     struct sl_error err = {0};
-    int64_t value = 0;
-    if (sl_svc_quota_enter(req->svc, req->principal, SL_LIMIT_SANDBOXES, stored, &held, &value,
-                           &err) < 0) {
+    if (create_quotas(req, stored, &held, &err) < 0) {
         respond_err(resp, &err);
         return;
     }
@@ -278,8 +301,17 @@ void sl_e2b_connect(struct sl_request *req, struct sl_response *resp)
         return;
     struct sl_error err = {0};
     struct sl_e2b_sandbox e;
-    bool resumed = false;
-    if (sl_svc_e2b_connect(req->svc, req->params[0], timeout, &resumed, &e, &err) < 0) {
+    bool resumed = false, held = false;
+    int64_t value = 0;
+    /* A resume adds a running session (one awake already counts nothing). */
+    if (sl_svc_quota_enter(req->svc, req->principal, SL_LIMIT_RUNNING_SESSIONS, req->params[0],
+                           &held, &value, &err) < 0) {
+        respond_err(resp, &err);
+        return;
+    }
+    int rc = sl_svc_e2b_connect(req->svc, req->params[0], timeout, &resumed, &e, &err);
+    sl_svc_quota_leave(req->svc, held);
+    if (rc < 0) {
         respond_err(resp, &err);
         return;
     }
@@ -323,7 +355,7 @@ void sl_e2b_timeout(struct sl_request *req, struct sl_response *resp)
     if (!body || !body_timeout(req, resp, body, &timeout))
         return;
     if (!json_object_get(body, "timeout")) {
-        respond_e2b_error(resp, 400, "timeout is required (seconds from now)");
+        sl_e2b_respond_error(resp, 400, "timeout is required (seconds from now)");
         return;
     }
     struct sl_error err = {0};
@@ -341,7 +373,7 @@ void sl_e2b_pause(struct sl_request *req, struct sl_response *resp)
     /* Memory is not kept by this backend (the native runtime): asked for
      * explicitly, that is said rather than done silently. */
     if (json_is_true(json_object_get(body, "memory"))) {
-        respond_e2b_error(resp, 400,
+        sl_e2b_respond_error(resp, 400,
                           "this worker's runtime cannot keep a paused sandbox's memory: pause "
                           "without memory (its files are kept, its processes stop)");
         return;
@@ -392,18 +424,18 @@ static void list_sandboxes(struct sl_request *req, struct sl_response *resp, boo
         char *end = NULL;
         limit = strtol(limit_text, &end, 10);
         if (!*limit_text || *end || limit < 1 || limit > LIST_MAX) {
-            respond_e2b_error(resp, 400, "limit must be a whole number from 1 to 1000");
+            sl_e2b_respond_error(resp, 400, "limit must be a whole number from 1 to 1000");
             return;
         }
     }
     if (token && (strlen(token) > 128 || !*token)) {
-        respond_e2b_error(resp, 400, "nextToken is not one this service gave");
+        sl_e2b_respond_error(resp, 400, "nextToken is not one this service gave");
         return;
     }
     const char *tenant = tenant_of(req);
     char prefix[SL_TENANT_ID_MAX + 2] = "", after[SL_TENANT_ID_MAX + 132] = "";
     if (tenant)
-        snprintf(prefix, sizeof(prefix), "%s~", tenant);
+        snprintf(prefix, sizeof(prefix), "%s%c", tenant, SL_TENANT_SEP);
     if (token)
         snprintf(after, sizeof(after), "%s%s", prefix, token);
     _cleanup_json_ json_t *out = json_array();
@@ -444,7 +476,7 @@ static void list_sandboxes(struct sl_request *req, struct sl_response *resp, boo
             break;
     }
     if (!out) {
-        respond_e2b_error(resp, 500, "internal error");
+        sl_e2b_respond_error(resp, 500, "internal error");
         return;
     }
     if (paged && more && last) {
@@ -502,7 +534,7 @@ void sl_e2b_metrics(struct sl_request *req, struct sl_response *resp)
 void sl_e2b_unsupported(struct sl_request *req, struct sl_response *resp)
 {
     (void)req;
-    respond_e2b_error(resp, 501,
+    sl_e2b_respond_error(resp, 501,
                       "this E2B call is not supported by this service (templates' builds, "
                       "volumes, snapshots, fork, network rules, secrets): see docs/E2B.md");
 }

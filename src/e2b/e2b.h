@@ -61,13 +61,22 @@ bool sl_e2b_key_canonical(const char *value, size_t len, char *out, size_t size)
  * tenant's is "<tenant_id>.<sandbox id>.<hex>", the operator's
  * "<sandbox id>.<hex>". out: at least SL_E2B_TOKEN_MAX bytes. */
 #define SL_E2B_TOKEN_MAX 240
-void sl_e2b_envd_token(const char *secret, const char *tenant_id, const char *sandbox_id,
-                       char *out);
+/* Two kinds, each under a key of its own: the envd access token opens
+ * envd and the interpreter; the traffic token (E2B's trafficAccessToken,
+ * which the code interpreter's context calls carry instead) opens the
+ * interpreter only. */
+enum sl_e2b_token { SL_E2B_TOKEN_ENVD, SL_E2B_TOKEN_TRAFFIC };
+void sl_e2b_envd_token(const char *secret, enum sl_e2b_token kind, const char *tenant_id,
+                       const char *sandbox_id, char *out);
 /* Who a token speaks for, checked in constant time against the sandbox
- * it is presented for: true and *p (operator, or the tenant with no key
- * and no limits) when it is that sandbox's. */
-bool sl_e2b_envd_token_check(const char *secret, const char *sandbox_id, const char *token,
-                             size_t len, struct sl_principal *p);
+ * it is presented for: true and *p (operator, or the tenant with no key;
+ * its limits are the handler's to fill) when it is that sandbox's. */
+bool sl_e2b_envd_token_check(const char *secret, enum sl_e2b_token kind, const char *sandbox_id,
+                             const char *token, size_t len, struct sl_principal *p);
+
+/* E2B's error body, {"code": <status>, "message"}: the control plane's,
+ * envd's REST and the interpreter's (e2b/control.c). */
+void sl_e2b_respond_error(struct sl_response *resp, int status, const char *message);
 
 /* Control plane (e2b/control.c). */
 void sl_e2b_create(struct sl_request *req, struct sl_response *resp);

@@ -29,6 +29,8 @@
 /* ListDir's deepest walk, and its most entries. */
 #define LIST_MAX_DEPTH 16
 #define LIST_MAX_ENTRIES 10000
+/* The files one multipart upload may write. */
+#define MAX_PARTS 1000
 
 /* ---- answers ---- */
 
@@ -137,6 +139,10 @@ int sl_envd_path(const char *in, char *out, size_t size, struct sl_error *err)
     if ((size_t)snprintf(out, size, "/workspace%s%s", rest[0] && rest[0] != '/' ? "/" : "",
                          rest) >= size)
         return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "the path is too long");
+    /* "a/" names "a": its entries' paths must not read "a//b". */
+    size_t n = strlen(out);
+    while (n > strlen("/workspace") && out[n - 1] == '/')
+        out[--n] = '\0';
     return 0;
 }
 
@@ -507,22 +513,13 @@ void sl_envd_rpc(struct sl_request *req, struct sl_response *resp)
 
 /* ---- REST ---- */
 
-static void respond_rest_error(struct sl_response *resp, int status, const char *message)
-{
-    resp->status = status;
-    resp->content_type = "application/json";
-    _cleanup_json_ json_t *doc = json_pack("{s:i,s:s}", "code", status, "message", message);
-    resp->body = doc ? json_dumps(doc, JSON_COMPACT) : NULL;
-    resp->len = resp->body ? strlen(resp->body) : 0;
-}
-
 static void respond_rest_err(struct sl_response *resp, const struct sl_error *err)
 {
     const char *code = sl_connect_code_of(err);
     int status = strcmp(code, "not_found") == 0 ? 404 : sl_api_status_for_code(err->code);
     snprintf(resp->log_detail, sizeof(resp->log_detail), "%s: %.200s", err->code,
              err->detail[0] ? err->detail : err->message);
-    respond_rest_error(resp, status, status == 500 ? "internal error" : err->message);
+    sl_e2b_respond_error(resp, status, status == 500 ? "internal error" : err->message);
 }
 
 void sl_envd_health(struct sl_request *req, struct sl_response *resp)
@@ -531,7 +528,7 @@ void sl_envd_health(struct sl_request *req, struct sl_response *resp)
     struct sl_error err = {0};
     /* 502 is what the SDK reads as "not running". */
     if (sl_envd_generation(req, &generation, &err) < 0) {
-        respond_rest_error(resp, 502, "the sandbox is not running");
+        sl_e2b_respond_error(resp, 502, "the sandbox is not running");
         return;
     }
     resp->status = 204;
@@ -547,7 +544,7 @@ void sl_envd_files_get(struct sl_request *req, struct sl_response *resp)
     char ws[4200];
     int64_t generation = 0;
     if (!path) {
-        respond_rest_error(resp, 400, "path is required");
+        sl_e2b_respond_error(resp, 400, "path is required");
         return;
     }
     if (sl_envd_user_check(req, &err) < 0 || sl_envd_path(path, ws, sizeof(ws), &err) < 0 ||
@@ -619,21 +616,36 @@ static json_t *write_multipart(struct sl_request *req, int64_t generation, const
         sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "the multipart boundary is not usable");
         return NULL;
     }
-    int dl = snprintf(delim, sizeof(delim), "--%.*s", (int)bl, b);
+    /* A delimiter after the first starts its own line: content that holds
+     * "--<boundary>" elsewhere is content. */
+    int dl = snprintf(delim, sizeof(delim), "\r\n--%.*s", (int)bl, b);
     json_t *out = json_array();
     const char *p = req->raw_body ? req->raw_body : "", *end = p + req->raw_len;
-    const char *at = memmem(p, (size_t)(end - p), delim, (size_t)dl);
-    while (out && at) {
-        const char *head = at + dl;
+    /* `head`: just past a delimiter (the first one may open the body). */
+    const char *head = NULL;
+    if ((size_t)(end - p) >= (size_t)dl - 2 && memcmp(p, delim + 2, (size_t)dl - 2) == 0) {
+        head = p + dl - 2;
+    } else {
+        const char *first = memmem(p, (size_t)(end - p), delim, (size_t)dl);
+        head = first ? first + dl : NULL;
+    }
+    size_t parts = 0;
+    while (out && head) {
+        if (++parts > MAX_PARTS) {
+            sl_error_set(err, SL_E_INVALID_ARGUMENT, 0,
+                         "an upload holds at most %d files: send the rest in another", MAX_PARTS);
+            json_decref(out);
+            return NULL;
+        }
         if (end - head >= 2 && head[0] == '-' && head[1] == '-')
             break; /* the closing delimiter */
-        head += 2; /* CRLF */
+        head += 2; /* the CRLF ending the delimiter's line */
         const char *body = head < end ? memmem(head, (size_t)(end - head), "\r\n\r\n", 4) : NULL;
         if (!body)
             break;
         body += 4;
         const char *next = memmem(body, (size_t)(end - body), delim, (size_t)dl);
-        if (!next || next - body < 2) {
+        if (!next) {
             sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "the multipart body is cut short");
             json_decref(out);
             return NULL;
@@ -648,13 +660,13 @@ static json_t *write_multipart(struct sl_request *req, int64_t generation, const
             }
             target = name;
         }
-        json_t *info = write_one(req, generation, target, body, (size_t)(next - 2 - body), err);
+        json_t *info = write_one(req, generation, target, body, (size_t)(next - body), err);
         if (!info) {
             json_decref(out);
             return NULL;
         }
         json_array_append_new(out, info);
-        at = next;
+        head = next + dl;
     }
     if (out && json_array_size(out) == 0) {
         sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "the upload holds no file");
@@ -677,7 +689,7 @@ void sl_envd_files_post(struct sl_request *req, struct sl_response *resp)
         return;
     }
     if (encoding && strcasecmp(encoding, "identity") != 0) {
-        respond_rest_error(resp, 415, "compressed uploads (Content-Encoding) are not supported "
+        sl_e2b_respond_error(resp, 415, "compressed uploads (Content-Encoding) are not supported "
                                       "here yet: send the bytes as they are");
         return;
     }

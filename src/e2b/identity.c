@@ -23,6 +23,18 @@ static bool dns_label(const char *s, size_t n)
     return true;
 }
 
+/* envd's REST paths, with or without a query. */
+static bool envd_rest_path(const char *url)
+{
+    static const char *const paths[] = {"/files", "/health"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        size_t n = strlen(paths[i]);
+        if (strncmp(url, paths[i], n) == 0 && (url[n] == '\0' || url[n] == '?'))
+            return true;
+    }
+    return false;
+}
+
 /* The sandbox an access token names ("[<tenant>.]<id>.<mac>"), in id. */
 static bool token_sandbox(const char *token, char *id, size_t size)
 {
@@ -45,10 +57,11 @@ char *sl_e2b_rewrite(const char *sandbox_id_header, const char *port_header, con
 {
     char id[129];
     long port = 0;
-    if (!sandbox_id_header && access_token && (!domain || !*domain || !host || !strchr(host, '-')) &&
+    if (!sandbox_id_header && access_token && envd_rest_path(url) &&
         token_sandbox(access_token, id, sizeof(id))) {
-        /* Older SDKs (e2b 2.7) send envd's REST calls (/files) without
-         * the sandbox headers: the access token names its sandbox. */
+        /* Older SDKs (e2b 2.7) send envd's REST calls (/files, /health)
+         * without the sandbox headers: the access token names its
+         * sandbox. Only those paths: nothing else of the API moves. */
         port = SL_E2B_ENVD_PORT;
     } else if (sandbox_id_header) {
         size_t n = strlen(sandbox_id_header);
@@ -75,9 +88,12 @@ char *sl_e2b_rewrite(const char *sandbox_id_header, const char *port_header, con
     } else {
         return NULL;
     }
-    const char *where = port == SL_E2B_ENVD_PORT          ? "envd"
-                        : port == SL_E2B_INTERPRETER_PORT ? "interpreter"
-                                                          : "port";
+    /* envd and the interpreter only: any other port of a sandbox is the
+     * ports route's (with its own token), and a Host like
+     * "my-api.<domain>" is not a sandbox's. */
+    if (port != SL_E2B_ENVD_PORT && port != SL_E2B_INTERPRETER_PORT)
+        return NULL;
+    const char *where = port == SL_E2B_ENVD_PORT ? "envd" : "interpreter";
     char *out = NULL;
     if (asprintf(&out, "/e2b/%s/%s%s%s", where, id, url[0] == '/' ? "" : "/", url) < 0)
         return NULL;
@@ -100,16 +116,17 @@ bool sl_e2b_key_canonical(const char *value, size_t len, char *out, size_t size)
     return true;
 }
 
-static void token_mac(const char *secret, const char *tenant_id, const char *sandbox_id,
-                      char hex[65])
+static void token_mac(const char *secret, enum sl_e2b_token kind, const char *tenant_id,
+                      const char *sandbox_id, char hex[65])
 {
-    /* A key of its own for this purpose, so an envd token never says
-     * anything about the internal token or another use of it. */
+    /* A key of its own for each purpose, so a token never says anything
+     * about the internal token, nor opens what the other kind opens. */
     unsigned char key[32], mac[32];
     unsigned int klen = 0, mlen = 0;
-    static const char purpose[] = "sandloom e2b envd access token v1";
+    const char *purpose = kind == SL_E2B_TOKEN_TRAFFIC ? "sandloom e2b traffic token v1"
+                                                       : "sandloom e2b envd access token v1";
     HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)purpose,
-         sizeof(purpose) - 1, key, &klen);
+         strlen(purpose), key, &klen);
     char msg[SL_TENANT_ID_MAX + 1 + 130];
     int n = snprintf(msg, sizeof(msg), "%s\n%s", tenant_id ? tenant_id : "", sandbox_id);
     HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, (size_t)n, mac, &mlen);
@@ -122,19 +139,19 @@ static void token_mac(const char *secret, const char *tenant_id, const char *san
     OPENSSL_cleanse(key, sizeof(key));
 }
 
-void sl_e2b_envd_token(const char *secret, const char *tenant_id, const char *sandbox_id,
-                       char *out)
+void sl_e2b_envd_token(const char *secret, enum sl_e2b_token kind, const char *tenant_id,
+                       const char *sandbox_id, char *out)
 {
     char hex[65];
-    token_mac(secret, tenant_id, sandbox_id, hex);
+    token_mac(secret, kind, tenant_id, sandbox_id, hex);
     if (tenant_id)
         snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s.%s", tenant_id, sandbox_id, hex);
     else
         snprintf(out, SL_E2B_TOKEN_MAX, "%s.%s", sandbox_id, hex);
 }
 
-bool sl_e2b_envd_token_check(const char *secret, const char *sandbox_id, const char *token,
-                             size_t len, struct sl_principal *p)
+bool sl_e2b_envd_token_check(const char *secret, enum sl_e2b_token kind, const char *sandbox_id,
+                             const char *token, size_t len, struct sl_principal *p)
 {
     /* "[<tenant>.]<sandbox_id>.<64 hex>", for exactly this sandbox. */
     size_t idl = strlen(sandbox_id);
@@ -152,7 +169,7 @@ bool sl_e2b_envd_token_check(const char *secret, const char *sandbox_id, const c
             return false;
     }
     char want[65];
-    token_mac(secret, tenant[0] ? tenant : NULL, sandbox_id, want);
+    token_mac(secret, kind, tenant[0] ? tenant : NULL, sandbox_id, want);
     if (CRYPTO_memcmp(want, token + len - 64, 64) != 0)
         return false;
     *p = (struct sl_principal){.kind = tenant[0] ? SL_PRINCIPAL_TENANT : SL_PRINCIPAL_OPERATOR};

@@ -5,24 +5,26 @@
  * and fence, in the scope beside every other ("~e2b"), with its stdin
  * open. Its exec_id is "e2bctx-<context id>-<n>": the context's id is
  * what the SDK holds, n changes with every restart (an exec_id is never
- * used twice). Nothing is kept here but which contexts are busy: the
- * running executions are the contexts.
+ * used twice). Nothing is kept here: the running executions are the
+ * contexts.
  *
  * An execution writes one request line to the process's stdin and
  * answers the process's answer lines, as they come, as E2B's NDJSON: the
  * exec stream registry reads them from the context's output log from
- * where it stood before the request, and the encoder below passes each
- * whole line on until the request's end line, which ends the body. One
- * execution a context at a time (E2B's kernels run them one by one): a
- * second one meanwhile is refused, 409. */
+ * where it stood before the request, and the encoder below passes on each
+ * whole line of this request's (every line carries its request's id)
+ * until its end line, which ends the body. The process runs its requests
+ * one by one, as a kernel does: executions sent meanwhile wait their turn
+ * in its stdin, and one whose client went away runs on without mixing its
+ * output into the next's. */
 #include <errno.h>
 #include <microhttpd.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "api/errors.h"
 #include "api/exec_stream.h"
 #include "common/cleanup.h"
 #include "common/json.h"
@@ -43,45 +45,6 @@
 /* The longest answer line passed on (a PNG of a large figure). */
 #define MAX_LINE ((size_t)32 * 1024 * 1024)
 
-/* ---- contexts busy with an execution ---- */
-
-struct busy {
-    char key[200]; /* "<sandbox>/<context>" */
-    struct busy *next;
-};
-static pthread_mutex_t busy_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct busy *busy_list;
-
-static bool busy_take(const char *key)
-{
-    pthread_mutex_lock(&busy_lock);
-    bool taken = true;
-    for (struct busy *b = busy_list; b; b = b->next)
-        if (strcmp(b->key, key) == 0)
-            taken = false;
-    struct busy *b = taken ? calloc(1, sizeof(*b)) : NULL;
-    if (b) {
-        snprintf(b->key, sizeof(b->key), "%s", key);
-        b->next = busy_list;
-        busy_list = b;
-    }
-    pthread_mutex_unlock(&busy_lock);
-    return b != NULL;
-}
-
-static void busy_give(const char *key)
-{
-    pthread_mutex_lock(&busy_lock);
-    for (struct busy **p = &busy_list; *p; p = &(*p)->next)
-        if (strcmp((*p)->key, key) == 0) {
-            struct busy *b = *p;
-            *p = b->next;
-            free(b);
-            break;
-        }
-    pthread_mutex_unlock(&busy_lock);
-}
-
 /* ---- answers ---- */
 
 static void respond_json(struct sl_response *resp, int status, json_t *doc)
@@ -93,17 +56,15 @@ static void respond_json(struct sl_response *resp, int status, json_t *doc)
     json_decref(doc);
 }
 
-static void respond_error(struct sl_response *resp, int status, const char *message)
-{
-    respond_json(resp, status, json_pack("{s:i,s:s}", "code", status, "message", message));
-}
-
 static void respond_err(struct sl_response *resp, const struct sl_error *err)
 {
     snprintf(resp->log_detail, sizeof(resp->log_detail), "%s: %.200s", err->code,
              err->detail[0] ? err->detail : err->message);
-    int status = strcmp(err->code, SL_E_SANDBOX_NOT_FOUND) == 0 ? 404 : 502;
-    respond_error(resp, status, err->message);
+    /* The SDK reads 502 as "the sandbox timed out": never for a refusal. */
+    int status = sl_api_status_for_code(err->code);
+    if (status == 502)
+        status = 503;
+    sl_e2b_respond_error(resp, status, status == 500 ? "internal error" : err->message);
 }
 
 /* ---- the contexts ---- */
@@ -214,7 +175,6 @@ static int context_stop(struct sl_request *req, int64_t generation, const char *
 
 struct exec_lines {
     char request_id[40];
-    char key[200];
     struct sl_buf line; /* a line still being read */
     bool done;
 };
@@ -232,20 +192,26 @@ static int lines_chunk(void *ctx, int stream, const char *data, size_t len, stru
         i += take;
         if (!nl)
             break;
-        /* A whole line: ours (the end) or the client's. */
+        if (x->done)
+            return 1;
+        /* A whole line of this execution's (another's was left by a
+         * client that went away): the end is ours, the rest the client's,
+         * without the id (the SDK would show it among a result's extras). */
         _cleanup_json_ json_t *msg = json_loadb(x->line.data ? x->line.data : "", x->line.len, 0,
                                                 NULL);
+        x->line.len = 0;
+        const char *id = json_string_value(json_object_get(msg, "id"));
+        if (!id || strcmp(id, x->request_id) != 0)
+            continue;
         const char *type = json_string_value(json_object_get(msg, "type"));
-        if (type && strcmp(type, "end") == 0 &&
-            strcmp(json_string_value(json_object_get(msg, "id")) ?: "", x->request_id) == 0) {
+        if (type && strcmp(type, "end") == 0) {
             x->done = true;
-            x->line.len = 0;
             return 1;
         }
-        if (msg && x->line.len && (sl_buf_append(out, x->line.data, x->line.len) < 0 ||
-                                   sl_buf_append(out, "\n", 1) < 0))
+        json_object_del(msg, "id");
+        _cleanup_free_ char *text = json_dumps(msg, JSON_COMPACT);
+        if (!text || sl_buf_append(out, text, strlen(text)) < 0 || sl_buf_append(out, "\n", 1) < 0)
             return -1;
-        x->line.len = 0;
     }
     return 0;
 }
@@ -278,7 +244,6 @@ static int lines_keepalive(void *ctx, struct sl_buf *out)
 static void lines_release(void *ctx)
 {
     struct exec_lines *x = ctx;
-    busy_give(x->key);
     sl_buf_free(&x->line);
     free(x);
 }
@@ -292,21 +257,21 @@ void sl_interp_execute(struct sl_request *req, struct sl_response *resp)
     const char *language = json_string_value(json_object_get(body, "language"));
     const json_t *env = json_object_get(body, "env_vars");
     if (!json_is_object(body) || !code) {
-        respond_error(resp, 400, "the body must be a JSON object with code");
+        sl_e2b_respond_error(resp, 400, "the body must be a JSON object with code");
         return;
     }
     if (language && strcmp(language, "python") != 0 && strcmp(language, "py") != 0) {
-        respond_error(resp, 400, "this interpreter runs python only");
+        sl_e2b_respond_error(resp, 400, "this interpreter runs python only");
         return;
     }
     if (env && !json_is_null(env) && !json_is_object(env)) {
-        respond_error(resp, 400, "env_vars must be an object of strings");
+        sl_e2b_respond_error(resp, 400, "env_vars must be an object of strings");
         return;
     }
     if (!ctx)
         ctx = DEFAULT_CONTEXT;
     if (!context_id_ok(ctx)) {
-        respond_error(resp, 404, "no such context");
+        sl_e2b_respond_error(resp, 404, "no such context");
         return;
     }
     struct sl_error err = {0};
@@ -315,27 +280,19 @@ void sl_interp_execute(struct sl_request *req, struct sl_response *resp)
         respond_err(resp, &err);
         return;
     }
-    char key[200], exec_id[128];
-    snprintf(key, sizeof(key), "%s/%s", req->params[0], ctx);
-    if (!busy_take(key)) {
-        respond_error(resp, 409, "this context is running another execution: wait for it, or "
-                                 "use another context");
-        return;
-    }
+    char exec_id[128];
     /* The default context is made on first use; others by POST /contexts. */
     if (!context_find(req, ctx, exec_id, sizeof(exec_id), NULL) &&
         (strcmp(ctx, DEFAULT_CONTEXT) != 0 ||
          context_start(req, generation, ctx, HOME, exec_id, sizeof(exec_id), &err) < 0)) {
-        busy_give(key);
         if (err.code[0])
             respond_err(resp, &err);
         else
-            respond_error(resp, 404, "no such context");
+            sl_e2b_respond_error(resp, 404, "no such context");
         return;
     }
     struct sl_outlog *log = NULL;
     if (sl_svc_exec_attach(req->svc, req->params[0], exec_id, generation, &log, &err) < 0) {
-        busy_give(key);
         respond_err(resp, &err);
         return;
     }
@@ -346,16 +303,14 @@ void sl_interp_execute(struct sl_request *req, struct sl_response *resp)
     if (!x || sl_random_hex(id, 8) < 0) {
         free(x);
         sl_outlog_put(log);
-        busy_give(key);
-        respond_error(resp, 500, "internal error");
+        sl_e2b_respond_error(resp, 500, "internal error");
         return;
     }
     snprintf(x->request_id, sizeof(x->request_id), "%s", id);
-    snprintf(x->key, sizeof(x->key), "%s", key);
     sl_buf_init(&x->line, MAX_LINE);
     _cleanup_json_ json_t *line =
-        json_pack("{s:s,s:s,s:O}", "id", id, "code", code, "env_vars",
-                  json_is_object(env) ? env : json_object());
+        json_pack("{s:s,s:s,s:o}", "id", id, "code", code, "env_vars",
+                  json_is_object(env) ? json_incref((json_t *)env) : json_object());
     _cleanup_free_ char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
     struct sl_stream_encoder enc = {.chunk = lines_chunk,
                                     .end = lines_end,
@@ -378,8 +333,15 @@ void sl_interp_execute(struct sl_request *req, struct sl_response *resp)
                                  false, &err)
              : NULL;
     if (!sent || json_integer_value(json_object_get(sent, "written")) != (json_int_t)(n + 1)) {
+        /* Half a request in its stdin would spoil every later one: the
+         * process goes, and the context starts afresh at its next use. */
         src->close(src);
-        respond_error(resp, 502, "the context's interpreter did not take the code");
+        struct sl_error ignored = {0};
+        if (sent)
+            json_decref(sl_svc_exec_signal(req->svc, req->params[0], exec_id, generation, 9,
+                                           &ignored));
+        sl_e2b_respond_error(resp, 503, "the context's interpreter did not take the code; it was "
+                                 "stopped, and starts afresh on the next execution");
         return;
     }
     resp->status = 200;
@@ -394,14 +356,14 @@ void sl_interp_contexts_create(struct sl_request *req, struct sl_response *resp)
     const char *language = json_string_value(json_object_get(body, "language"));
     const char *cwd = json_string_value(json_object_get(body, "cwd"));
     if (!json_is_object(body) || (language && strcmp(language, "python") != 0)) {
-        respond_error(resp, 400, "a context is {\"language\": \"python\", \"cwd\"?}: this "
+        sl_e2b_respond_error(resp, 400, "a context is {\"language\": \"python\", \"cwd\"?}: this "
                                  "interpreter runs python only");
         return;
     }
     if (!cwd || !*cwd)
         cwd = HOME;
     if (cwd[0] != '/' || strlen(cwd) > 1024) {
-        respond_error(resp, 400, "cwd must be an absolute path");
+        sl_e2b_respond_error(resp, 400, "cwd must be an absolute path");
         return;
     }
     struct sl_error err = {0};
@@ -444,7 +406,7 @@ void sl_interp_context_delete(struct sl_request *req, struct sl_response *resp)
     }
     if (!context_id_ok(req->params[1]) ||
         !context_find(req, req->params[1], exec_id, sizeof(exec_id), NULL)) {
-        respond_error(resp, 404, "no such context");
+        sl_e2b_respond_error(resp, 404, "no such context");
         return;
     }
     if (context_stop(req, generation, req->params[1], exec_id, &err) < 0)
@@ -465,7 +427,7 @@ void sl_interp_context_restart(struct sl_request *req, struct sl_response *resp)
         return;
     }
     if (!context_id_ok(ctx) || !context_find(req, ctx, exec_id, sizeof(exec_id), &stored)) {
-        respond_error(resp, 404, "no such context");
+        sl_e2b_respond_error(resp, 404, "no such context");
         return;
     }
     char cwd[1100];

@@ -27,8 +27,15 @@ _answers = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
 _lock = threading.Lock()
 
 
+# The request being answered: every answer line carries its id, so that
+# sandloomd passes on only the lines of the execution it serves (one whose
+# client went away may still be printing when the next one comes).
+_current = None
+
+
 def send(obj):
     with _lock:
+        obj["id"] = _current
         _answers.write(json.dumps(obj, ensure_ascii=False) + "\n")
         _answers.flush()
 
@@ -180,16 +187,24 @@ def execute(request):
 
 
 def main():
-    stdin = io.TextIOWrapper(os.fdopen(0, "rb", buffering=0), encoding="utf-8")
-    for line in stdin:
+    global _current
+    requests = io.TextIOWrapper(os.fdopen(os.dup(0), "rb", buffering=0), encoding="utf-8")
+    # The code's own stdin is empty: input() raises EOFError rather than
+    # read the next request (E2B's interpreter has no input either).
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.stdin = io.TextIOWrapper(os.fdopen(0, "rb"), encoding="utf-8")
+    for line in requests:
         try:
             request = json.loads(line)
         except ValueError:
             continue
+        _current = request.get("id")
         try:
             execute(request)
         finally:
-            send({"type": "end", "id": request.get("id")})
+            send({"type": "end"})
 
 
 main()

@@ -82,10 +82,13 @@ static int ev_keepalive(void *ctx, struct sl_buf *out)
 static int ev_end(void *ctx, const json_t *end, struct sl_buf *out)
 {
     (void)ctx;
+    /* The service's exit code is -N for a signal it sent (a kill, a
+     * cancel), the process's own status otherwise (128+N after a signal
+     * nobody here sent, as a shell reports it). */
     const json_t *code = json_object_get(end, "exit_code");
     json_int_t exit_code = json_is_integer(code) ? json_integer_value(code) : -1;
     char status[64];
-    bool exited = exit_code >= 0 && exit_code < 128;
+    bool exited = exit_code >= 0;
     if (exited)
         snprintf(status, sizeof(status), "exit status %lld", (long long)exit_code);
     else
@@ -262,6 +265,10 @@ static void process_start(struct sl_request *req, struct sl_response *resp, cons
     size_t n_env = json_object_size(envs), k = 0;
     _cleanup_free_ const char **keys = calloc(n_env + 1, sizeof(*keys));
     _cleanup_free_ const char **values = calloc(n_env + 1, sizeof(*values));
+    if (!envs || !keys || !values) {
+        sl_envd_stream_error(resp, "internal", "out of memory");
+        return;
+    }
     const char *key;
     const json_t *value;
     json_object_foreach(envs, key, value)

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/cleanup.h"
@@ -206,11 +207,13 @@ static int stop_processes(struct sl_service *svc, const char *sandbox_id, struct
 {
     if (svc_execs_kill(svc, sandbox_id) == 0)
         return 0;
+    /* SIGKILL ends them at once; their completions then write the
+     * records, after which the route is no longer RUNNING. Polled in
+     * memory only (the running table), then the route a few times. */
     int64_t until = sl_mono_us() + E2B_PAUSE_WAIT_US;
     while (svc_execs_running(svc, sandbox_id) > 0 && sl_mono_us() < until)
-        usleep(10000);
-    /* The completion writes the record after it leaves the table. */
-    while (sl_mono_us() < until) {
+        usleep(5000);
+    for (int i = 0; i < 20; i++) {
         struct sl_route r = {0};
         int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
         bool busy = found == 1 && r.active_exec_id;
@@ -304,7 +307,7 @@ int sl_svc_e2b_kill(struct sl_service *svc, const char *sandbox_id, const char *
     return kill_now(svc, sandbox_id, "CLIENT_RELEASE", actor, err);
 }
 
-void svc_e2b_cycle(struct sl_service *svc)
+static void e2b_cycle(struct sl_service *svc)
 {
     if (!svc->store->e2b)
         return;
@@ -334,6 +337,42 @@ void svc_e2b_cycle(struct sl_service *svc)
                     pause ? "paused" : "killed");
     }
     sl_e2b_sandboxes_free(due, n);
+}
+
+static void *e2b_loop(void *arg)
+{
+    struct sl_service *svc = arg;
+    pthread_mutex_lock(&svc->loop_lock);
+    while (!svc->stopping) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&svc->loop_cond, &svc->loop_lock, &ts);
+        if (svc->stopping)
+            break;
+        pthread_mutex_unlock(&svc->loop_lock);
+        e2b_cycle(svc);
+        pthread_mutex_lock(&svc->loop_lock);
+    }
+    pthread_mutex_unlock(&svc->loop_lock);
+    return NULL;
+}
+
+int svc_e2b_start(struct sl_service *svc, struct sl_error *err)
+{
+    if (!svc->store->e2b)
+        return 0;
+    if (pthread_create(&svc->e2b_thread, NULL, e2b_loop, svc) != 0)
+        return sl_error_errno(err, SL_E_INTERNAL, "cannot start the E2B lifetimes thread");
+    svc->e2b_started = true;
+    return 0;
+}
+
+void svc_e2b_join(struct sl_service *svc)
+{
+    if (svc->e2b_started)
+        pthread_join(svc->e2b_thread, NULL);
+    svc->e2b_started = false;
 }
 
 /* ---- usage (E2B's metrics) ---- */
@@ -382,20 +421,11 @@ json_t *sl_svc_sandbox_usage(struct sl_service *svc, const char *sandbox_id, str
 {
     int64_t generation = 0;
     uid_t uid = 0;
-    if (svc_live_current(svc, sandbox_id, &generation, &uid) < 0) {
-        struct sl_route r = {0};
-        int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, err);
-        if (found < 0)
-            return NULL;
-        if (!found) {
-            sl_error_set(err, SL_E_SANDBOX_NOT_FOUND, 0, "no such sandbox");
-            return NULL;
-        }
-        uid = (uid_t)r.sandbox_uid;
-        sl_route_clear(&r);
-    }
-    struct sl_cgroup_usage u;
-    sl_rt_sandbox_usage(svc->runtime, uid, &u);
+    /* Only a sandbox live here has this worker's cgroups (one suspended,
+     * or another worker's, runs nothing here): else nothing is counted. */
+    struct sl_cgroup_usage u = {-1, -1, -1, -1};
+    if (svc_live_current(svc, sandbox_id, &generation, &uid) == 0)
+        sl_rt_sandbox_usage(svc->runtime, uid, &u);
     int64_t now = sl_mono_us(), prev_at = 0, prev_cpu = 0;
     double cpu_pct = 0;
     if (u.cpu_usec >= 0) {

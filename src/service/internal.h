@@ -135,6 +135,11 @@ struct sl_service {
 
     /* heartbeat / maintenance */
     pthread_t loop_thread;
+    /* E2B lifetimes (service/e2b.c): a thread of their own, so a kill or
+     * pause that waits for processes never holds the heartbeat. Stopped
+     * with the loop (stopping, loop_cond). */
+    pthread_t e2b_thread;
+    bool e2b_started;
     bool loop_started;
     pthread_mutex_t loop_lock;
     pthread_cond_t loop_cond;
@@ -276,8 +281,10 @@ int svc_terminal_take(struct sl_service *svc, const char *sandbox_id, const char
 int svc_terminals_count(struct sl_service *svc, const char *sandbox_id);
 void svc_terminals_cycle(struct sl_service *svc);
 /* service/e2b.c: E2B sandboxes of this worker past their deadline are
- * killed or paused (every second). */
-void svc_e2b_cycle(struct sl_service *svc);
+ * killed or paused, every second, on a thread of their own; start after
+ * the loop, stop (join) after the loop's stop was asked. */
+int svc_e2b_start(struct sl_service *svc, struct sl_error *err);
+void svc_e2b_join(struct sl_service *svc);
 
 /* service/exec.c: set up / stop the execution table and completion pool. */
 int svc_execs_start(struct sl_service *svc, struct sl_error *err);

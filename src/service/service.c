@@ -487,7 +487,6 @@ static void *service_loop(void *arg)
         /* Terminals left alone end within a second of their idle limit. */
         if (now >= next_term) {
             svc_terminals_cycle(svc);
-            svc_e2b_cycle(svc);
             next_term = now + 1000000;
         }
         if (now >= next_maint) {
@@ -630,7 +629,7 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
     if (pthread_create(&svc->loop_thread, NULL, service_loop, svc) != 0)
         return sl_error_errno(err, SL_E_INTERNAL, "cannot start the heartbeat thread");
     svc->loop_started = true;
-    return 0;
+    return svc_e2b_start(svc, err);
 }
 
 void sl_service_close(struct sl_service *svc)
@@ -643,6 +642,7 @@ void sl_service_close(struct sl_service *svc)
         pthread_cond_broadcast(&svc->loop_cond);
         pthread_mutex_unlock(&svc->loop_lock);
         pthread_join(svc->loop_thread, NULL);
+        svc_e2b_join(svc);
         struct sl_error err = {0};
         if (heartbeat(svc, "OFFLINE", &err) < 0)
             sl_warn("final heartbeat failed: %s", sl_error_text(&err));

@@ -281,6 +281,9 @@ def test_code_interpreter(new_sdk):
     assert ci["afterRestart"] == "NameError", ci  # a restart starts afresh
     assert ci["contextsAfter"] == ["default"], ci
     assert ci["file"] == "written by python", ci
+    # An abandoned cell's output never reaches the next run, nor our ids.
+    assert ci["abandoned"] == "TimeoutError", ci
+    assert ci["fresh"] == {"stdout": ["fresh\n"], "text": "'x'", "results": [[]]}, ci["fresh"]
 
 
 def test_metrics_are_the_sandboxes_own(new_sdk):

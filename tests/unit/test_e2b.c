@@ -29,9 +29,8 @@ static void rewrite_by_header_host_and_token(void **state)
     p = sl_e2b_rewrite("iabc123", NULL, NULL, NULL, NULL, "/health");
     assert_string_equal(p, "/e2b/envd/iabc123/health");
     free(p);
-    p = sl_e2b_rewrite("iabc123", "3000", NULL, NULL, NULL, "/");
-    assert_string_equal(p, "/e2b/port/iabc123/");
-    free(p);
+    assert_null(sl_e2b_rewrite("iabc123", "3000", NULL, NULL, NULL, "/"));
+    assert_null(sl_e2b_rewrite(NULL, NULL, "my-api.sbx.example.com", "sbx.example.com", NULL, "/"));
     /* An id outside the API's alphabet routes nowhere (it cannot name a
      * path segment of another route). */
     assert_null(sl_e2b_rewrite("../x", "49983", NULL, NULL, NULL, "/health"));
@@ -57,6 +56,12 @@ static void rewrite_by_header_host_and_token(void **state)
     assert_string_equal(p, "/e2b/envd/iabc123/files");
     free(p);
     assert_null(sl_e2b_rewrite(NULL, NULL, NULL, NULL, "nodots", "/files"));
+    /* Only envd's REST paths move by token: nothing else of the API. */
+    assert_null(sl_e2b_rewrite(NULL, NULL, NULL, NULL, "iabc123.0123abcd", "/api/v1/tenant"));
+    assert_null(sl_e2b_rewrite(NULL, NULL, NULL, NULL, "iabc123.0123abcd", "/filesx"));
+    p = sl_e2b_rewrite(NULL, NULL, NULL, NULL, "iabc123.0123abcd", "/files?path=a");
+    assert_string_equal(p, "/e2b/envd/iabc123/files?path=a");
+    free(p);
     assert_null(sl_e2b_rewrite(NULL, NULL, NULL, NULL, ".abc", "/files"));
     /* No header, no domain, no token: an ordinary request. */
     assert_null(sl_e2b_rewrite(NULL, NULL, "127.0.0.1", NULL, NULL, "/health"));
@@ -87,33 +92,42 @@ static void envd_tokens(void **state)
     (void)state;
     char t[SL_E2B_TOKEN_MAX], u[SL_E2B_TOKEN_MAX];
     struct sl_principal p;
-    sl_e2b_envd_token(SECRET, "acme", "iabc", t);
+    sl_e2b_envd_token(SECRET, SL_E2B_TOKEN_ENVD, "acme", "iabc", t);
     assert_int_equal(strncmp(t, "acme.iabc.", 10), 0);
     assert_int_equal(strlen(t), 10 + 64);
-    assert_true(sl_e2b_envd_token_check(SECRET, "iabc", t, strlen(t), &p));
+    assert_true(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", t, strlen(t), &p));
     assert_int_equal(p.kind, SL_PRINCIPAL_TENANT);
     assert_string_equal(p.tenant_id, "acme");
     /* Another sandbox, another secret, another tenant: refused. */
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabd", t, strlen(t), &p));
-    assert_false(sl_e2b_envd_token_check(SECRET "x", "iabc", t, strlen(t), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabd", t, strlen(t), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET "x", SL_E2B_TOKEN_ENVD, "iabc", t, strlen(t), &p));
     char forged[SL_E2B_TOKEN_MAX];
     snprintf(forged, sizeof(forged), "beta%s", t + 4);
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", forged, strlen(forged), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", forged, strlen(forged), &p));
     /* The operator's names no tenant; neither passes for the other. */
-    sl_e2b_envd_token(SECRET, NULL, "iabc", u);
+    sl_e2b_envd_token(SECRET, SL_E2B_TOKEN_ENVD, NULL, "iabc", u);
     assert_int_equal(strncmp(u, "iabc.", 5), 0);
-    assert_true(sl_e2b_envd_token_check(SECRET, "iabc", u, strlen(u), &p));
+    assert_true(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", u, strlen(u), &p));
     assert_int_equal(p.kind, SL_PRINCIPAL_OPERATOR);
     snprintf(forged, sizeof(forged), "acme.%s", u);
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", forged, strlen(forged), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", forged, strlen(forged), &p));
     /* Cut, lengthened, one digit changed. */
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", t, strlen(t) - 1, &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", t, strlen(t) - 1, &p));
     snprintf(forged, sizeof(forged), "%s0", t);
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", forged, strlen(forged), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", forged, strlen(forged), &p));
     snprintf(forged, sizeof(forged), "%s", t);
     forged[strlen(forged) - 1] = forged[strlen(forged) - 1] == '0' ? '1' : '0';
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", forged, strlen(forged), &p));
-    assert_false(sl_e2b_envd_token_check(SECRET, "iabc", "", 0, &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", forged, strlen(forged), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", "", 0, &p));
+    /* A traffic token is not an envd token, nor the other way round. */
+    char traffic[SL_E2B_TOKEN_MAX];
+    sl_e2b_envd_token(SECRET, SL_E2B_TOKEN_TRAFFIC, "acme", "iabc", traffic);
+    assert_string_not_equal(traffic, t);
+    assert_true(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_TRAFFIC, "iabc", traffic,
+                                        strlen(traffic), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_ENVD, "iabc", traffic,
+                                         strlen(traffic), &p));
+    assert_false(sl_e2b_envd_token_check(SECRET, SL_E2B_TOKEN_TRAFFIC, "iabc", t, strlen(t), &p));
 }
 
 static void connect_framing(void **state)

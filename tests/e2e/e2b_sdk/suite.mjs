@@ -334,6 +334,14 @@ const scenarios = {
     const afterRestart = await sbx.runCode('y', { context: ctx })
     await sbx.removeCodeContext(ctx)
     const contextsAfter = (await sbx.listCodeContexts()).map((c) => c.id)
+    // A cell whose client went away goes on; the next run gets only its own.
+    let abandoned
+    try {
+      await sbx.runCode('import time\nfor i in range(4):\n    print("old", i)\n    time.sleep(0.3)', { timeoutMs: 400 })
+    } catch (e) {
+      abandoned = errorFacts(e)
+    }
+    const fresh = await sbx.runCode('print("fresh")\n"x"')
     // The files a run writes are the sandbox's.
     await sbx.runCode('open("from_code.txt", "w").write("written by python")')
     const file = await sbx.files.read('from_code.txt')
@@ -349,6 +357,8 @@ const scenarios = {
       ctx: { id: ctx.id, cwd: ctx.cwd, language: ctx.language }, inCtx: inCtx.text,
       defaultHasNoY: defaultHasNoY.error?.name, contexts, ctxId: ctx.id,
       afterRestart: afterRestart.error?.name, contextsAfter, file,
+      abandoned: abandoned?.name ?? null, fresh: { stdout: fresh.logs.stdout, text: fresh.text,
+        results: fresh.results.map((r) => Object.keys(r.extra ?? {})) },
     }
   },
 
