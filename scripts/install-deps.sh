@@ -8,7 +8,7 @@ tier="${1:-test}"
 build_pkgs=(build-essential meson ninja-build pkg-config
             libmicrohttpd-dev libjansson-dev libsqlite3-dev libssl-dev
             libcap-dev libseccomp-dev libarchive-dev libcurl4-openssl-dev libpq-dev
-            libmariadb-dev libhiredis-dev libnftables-dev python3)
+            libmariadb-dev libhiredis-dev libnftables-dev zlib1g-dev python3)
 # btrfs-progs: mkfs.btrfs makes the workspace image (SANDBOX_WORKSPACE_IMAGE_BYTES).
 # python3-pip: pip in a sandbox's managed environment is the system's pip.
 run_pkgs=(btrfs-progs python3-pip)

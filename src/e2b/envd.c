@@ -6,6 +6,7 @@
  * sandbox's workspace (mounted at /home/user as well as /workspace), so
  * "/home/user/a", "a" and "/workspace/a" are one file. Other absolute
  * paths are outside what the file API reaches and are refused. */
+#include <errno.h>
 #include <microhttpd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "api/errors.h"
 #include "api/fs_watch.h"
@@ -20,6 +22,7 @@
 #include "common/cleanup.h"
 #include "common/json.h"
 #include "common/util.h"
+#include "config/config.h"
 #include "e2b/connect.h"
 #include "e2b/e2b.h"
 #include "e2b/envd.h"
@@ -676,6 +679,37 @@ static json_t *write_multipart(struct sl_request *req, int64_t generation, const
     return out;
 }
 
+/* A gzip body inflated, at most `max` bytes (a bomb stops there). */
+static int gunzip(const char *in, size_t len, size_t max, struct sl_buf *out,
+                  struct sl_error *err)
+{
+    sl_buf_init(out, max);
+    z_stream z = {0};
+    if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK)
+        return sl_error_set(err, SL_E_INTERNAL, 0, "cannot inflate the upload");
+    z.next_in = (Bytef *)in;
+    z.avail_in = (uInt)len;
+    char chunk[65536];
+    int rc = Z_OK;
+    while (rc == Z_OK) {
+        z.next_out = (Bytef *)chunk;
+        z.avail_out = sizeof(chunk);
+        rc = inflate(&z, Z_NO_FLUSH);
+        size_t got = sizeof(chunk) - z.avail_out;
+        if ((rc == Z_OK || rc == Z_STREAM_END) && got && sl_buf_append(out, chunk, got) < 0) {
+            inflateEnd(&z);
+            return sl_error_set(err, SL_E_INVALID_ARGUMENT, EFBIG,
+                                "file exceeds the sandbox File API size limit");
+        }
+        if (rc == Z_OK && got == 0 && z.avail_in == 0)
+            rc = Z_BUF_ERROR; /* the stream ends before its end */
+    }
+    inflateEnd(&z);
+    if (rc != Z_STREAM_END)
+        return sl_error_set(err, SL_E_INVALID_ARGUMENT, 0, "the upload is not valid gzip");
+    return 0;
+}
+
 void sl_envd_files_post(struct sl_request *req, struct sl_response *resp)
 {
     const char *path = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, "path");
@@ -688,14 +722,26 @@ void sl_envd_files_post(struct sl_request *req, struct sl_response *resp)
         respond_rest_err(resp, &err);
         return;
     }
-    if (encoding && strcasecmp(encoding, "identity") != 0) {
-        sl_e2b_respond_error(resp, 415, "compressed uploads (Content-Encoding) are not supported "
-                                      "here yet: send the bytes as they are");
+    bool gzip = encoding && strcasecmp(encoding, "gzip") == 0;
+    if (encoding && !gzip && strcasecmp(encoding, "identity") != 0) {
+        sl_e2b_respond_error(resp, 415, "an upload's Content-Encoding is gzip or none");
         return;
     }
     json_t *out = NULL;
-    if (type && strncasecmp(type, "multipart/form-data", 19) == 0) {
+    if (gzip && (!path || (type && strncasecmp(type, "multipart/", 10) == 0))) {
+        sl_e2b_respond_error(resp, 415, "a gzip upload is application/octet-stream with path");
+        return;
+    } else if (type && strncasecmp(type, "multipart/form-data", 19) == 0) {
         out = write_multipart(req, generation, type, path, &err);
+    } else if (path && gzip) {
+        struct sl_buf plain;
+        if (gunzip(req->raw_body ? req->raw_body : "", req->raw_len,
+                   (size_t)sl_service_config(req->svc)->max_file_api_bytes, &plain, &err) == 0) {
+            json_t *one = write_one(req, generation, path, plain.data ? plain.data : "",
+                                    plain.len, &err);
+            out = one ? json_pack("[o]", one) : NULL;
+        }
+        sl_buf_free(&plain);
     } else if (path) {
         json_t *one = write_one(req, generation, path, req->raw_body ? req->raw_body : "",
                                 req->raw_len, &err);

@@ -130,6 +130,7 @@ def test_quickstart_commands_and_files(sdk):
     # The shell sees the same files at /home/user and /workspace.
     assert q["seenByShell"] == "first line\nmoved.txt\nsub\n", q["seenByShell"]
     assert q["gone"] is False, q
+    assert q["gz"] == (None if sdk["old"] else 7000), q  # inflated on arrival
     assert q["readMissing"]["name"] == ("NotFoundError" if sdk["old"] else "FileNotFoundError"), \
         q["readMissing"]
     assert q["outside"]["name"] == "InvalidArgumentError", q["outside"]

@@ -44,6 +44,13 @@ const scenarios = {
     const renamed = await sbx.files.rename('/home/user/notes.txt', '/home/user/dir/moved.txt')
     const info = await sbx.files.getInfo('/home/user/dir/moved.txt')
     const deep = (await sbx.files.list('/home/user', { depth: 3 })).map((e) => e.path).sort()
+    let gz = null
+    if (sdkName === 'e2b') {
+      // envd 0.5.7's compressed upload (octet-stream, Content-Encoding: gzip).
+      await sbx.files.write('/home/user/gz.txt', 'zipped '.repeat(1000), { gzip: true })
+      gz = (await sbx.files.read('gz.txt')).length
+      await sbx.files.remove('gz.txt')
+    }
     const seenByShell = await sbx.commands.run('cat dir/moved.txt; ls /workspace/dir')
     await sbx.files.remove('/home/user/dir')
     const gone = await sbx.files.exists('/home/user/dir')
@@ -66,7 +73,7 @@ const scenarios = {
       renamed: { name: renamed.name, path: renamed.path, type: renamed.type },
       info: { size: info.size, type: info.type, permissions: info.permissions, owner: info.owner,
               modified: info.modifiedTime instanceof Date && !isNaN(info.modifiedTime) },
-      deep, seenByShell: seenByShell.stdout, gone, readMissing, outside,
+      deep, seenByShell: seenByShell.stdout, gone, readMissing, outside, gz,
     }
   },
 
