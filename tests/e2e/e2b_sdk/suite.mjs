@@ -105,13 +105,14 @@ const scenarios = {
     const again = await sbx.commands.connect(handle.pid, { onStdout: (d) => replay.push(d) })
     await sleep(300)
     const killed = await sbx.commands.kill(handle.pid)
-    const killedAgain = await sbx.commands.kill(handle.pid)
     let waited
     try {
       await handle.wait()
     } catch (e) {
       waited = errorFacts(e)
     }
+    // Once it has ended (its record written), there is nothing to kill.
+    const killedAgain = await sbx.commands.kill(handle.pid)
     let reconnectWaited
     try {
       await again.wait()
