@@ -298,9 +298,10 @@ def test_metrics_are_the_sandboxes_own(new_sdk):
     # CI's does: the counts are real.
     busy = m["second"][0]
     assert busy["memUsed"] > 0 and busy["memTotal"] > 0, busy
-    # A shell spinning on one CPU of the sandbox's two: well above idle.
-    assert 20 <= busy["cpuUsedPct"] <= 100.5, busy
-    assert 20 <= m["first"][0]["cpuUsedPct"] <= 100.5, m["first"]
+    # A shell spinning on one CPU of the sandbox's two: ~50 % on an idle
+    # machine, well above an idle sandbox's ~0 on a loaded one.
+    assert 5 <= busy["cpuUsedPct"] <= 100.5, busy
+    assert 5 <= m["first"][0]["cpuUsedPct"] <= 100.5, m["first"]
 
 
 def test_a_tenants_command_quota_counts_e2b_processes(new_sdk):

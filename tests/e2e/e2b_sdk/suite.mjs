@@ -12,6 +12,12 @@ const { Sandbox } = await import(sdkName)
 const codeInterpreter = sdkName === 'e2b' ? await import('@e2b/code-interpreter') : null
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+// Waits for what a slow machine (a sanitizer build, a loaded CI) may take
+// a while to show, instead of a fixed sleep; the caller asserts on it.
+async function until(predicate, ms = 15_000) {
+  const end = Date.now() + ms
+  while (!predicate() && Date.now() < end) await sleep(50)
+}
 const errorFacts = (e) => ({
   name: e?.constructor?.name ?? typeof e,
   message: String(e?.message ?? e),
@@ -98,12 +104,13 @@ const scenarios = {
   // wait() then raises.
   async processes() {
     const sbx = await create()
-    const handle = await sbx.commands.run('echo started; sleep 60', { background: true })
-    await sleep(500)
+    let started = ''
+    const handle = await sbx.commands.run('echo started; sleep 60', { background: true, onStdout: (d) => { started += d } })
+    await until(() => started.includes('started'))
     const listed = (await sbx.commands.list()).map((p) => ({ pid: p.pid, cmd: p.cmd, args: p.args }))
     const replay = []
     const again = await sbx.commands.connect(handle.pid, { onStdout: (d) => replay.push(d) })
-    await sleep(300)
+    await until(() => replay.join('').includes('started'))
     const killed = await sbx.commands.kill(handle.pid)
     let waited
     try {
@@ -204,7 +211,7 @@ const scenarios = {
   async metrics() {
     const sbx = await create()
     await sbx.files.write('big.bin', new Uint8Array(2 * 1024 * 1024).fill(7))
-    await sbx.commands.run('timeout 4 sh -c "while :; do :; done"', { background: true })
+    await sbx.commands.run('timeout 6 sh -c "while :; do :; done"', { background: true })
     await sleep(1000)
     const first = await sbx.getMetrics()
     await sleep(1000)
@@ -284,10 +291,10 @@ const scenarios = {
     const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { screen += decoder.decode(d) } })
     const enc = (t) => new TextEncoder().encode(t)
     await sbx.pty.sendInput(term.pid, enc('echo TERM=$TERM; stty size\n'))
-    await sleep(800)
+    await until(() => screen.includes('24 80'))
     await sbx.pty.resize(term.pid, { cols: 132, rows: 40 })
     await sbx.pty.sendInput(term.pid, enc('stty size; tty\n'))
-    await sleep(800)
+    await until(() => screen.includes('/dev/pts/'))
     const listed = (await sbx.commands.list()).map((p) => p.pid)
     await sbx.pty.sendInput(term.pid, enc('exit 7\n'))
     let waited
@@ -307,12 +314,14 @@ const scenarios = {
     let exited = 'no'
     const handle = await sbx.files.watchDir('/home/user/w', (e) => events.push([e.type, e.name]),
       { recursive: true, onExit: (err) => { exited = err ? String(err) : 'clean' } })
+    const seen = (type, name) => events.some(([t, n]) => t === type && n === name)
     await sbx.files.write('/home/user/w/a.txt', 'one')
     await sbx.files.makeDir('/home/user/w/sub')
-    await sleep(300)
+    await until(() => seen('create', 'sub')) // the new directory is watched from here
     await sbx.files.write('/home/user/w/sub/b.txt', 'two')
+    await until(() => seen('create', 'sub/b.txt'))
     await sbx.commands.run('mv /home/user/w/a.txt /home/user/w/c.txt; rm /home/user/w/sub/b.txt')
-    await sleep(800)
+    await until(() => seen('remove', 'sub/b.txt'))
     await handle.stop()
     return { events, exited }
   },
@@ -382,7 +391,11 @@ const scenarios = {
       second = errorFacts(e)
     }
     await handle.kill()
-    await sleep(500)
+    try {
+      await handle.wait() // ended and recorded: no longer in flight
+    } catch {
+      // killed: its wait raises, as expected
+    }
     const after = await sbx.commands.run('echo room again')
     return { second, after: after.stdout }
   },
