@@ -286,6 +286,21 @@ int main(void)
         goto out;
     }
 
+    /* Said before the first request can be answered: whoever sees the
+     * service up has these lines (a test reading them raced the listener). */
+    if (cfg.token_short)
+        sl_warn("SANDBOX_INTERNAL_TOKEN is shorter than %d characters: it can be guessed through "
+                "the API (refused outside the local environment)",
+                SL_CONFIG_TOKEN_MIN_CHARS);
+    /* Through the log, so a JSON log stays JSON line by line. */
+    if (token_saved)
+        sl_info("no SANDBOX_INTERNAL_TOKEN set; generated an API token and saved it in %s "
+                "(mode 0600) for later starts: %s (send it as 'Authorization: Bearer <token>')",
+                cfg.internal_token_file, cfg.internal_token);
+    else if (cfg.token_generated)
+        sl_info("no SANDBOX_INTERNAL_TOKEN set; the API token is the one saved in %s",
+                cfg.internal_token_file);
+
     char line[512];
     snprintf(line, sizeof(line), "agent-sandbox,status=starting,phase=uvicorn,host=%s,port=%d",
              cfg.host, cfg.port);
@@ -301,18 +316,6 @@ int main(void)
 
     sl_info("sandloomd listening on http://%s:%d (worker %s)", cfg.host, cfg.port,
             sl_service_worker_id(svc));
-    if (cfg.token_short)
-        sl_warn("SANDBOX_INTERNAL_TOKEN is shorter than %d characters: it can be guessed through "
-                "the API (refused outside the local environment)",
-                SL_CONFIG_TOKEN_MIN_CHARS);
-    /* Through the log, so a JSON log stays JSON line by line. */
-    if (token_saved)
-        sl_info("no SANDBOX_INTERNAL_TOKEN set; generated an API token and saved it in %s "
-                "(mode 0600) for later starts: %s (send it as 'Authorization: Bearer <token>')",
-                cfg.internal_token_file, cfg.internal_token);
-    else if (cfg.token_generated)
-        sl_info("no SANDBOX_INTERNAL_TOKEN set; the API token is the one saved in %s",
-                cfg.internal_token_file);
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
