@@ -16,9 +16,9 @@ from sandloom_client import Sandbox, assert_error
 DEPLOY = REPO / "deploy" / "sql" / f"generic-{DB_KIND}.sql"
 SCHEMA_SQL = Path(os.environ.get("SANDLOOMD", REPO / "build" / "sandloomd")).parent / "schema-sql"
 TABLES = ("agent_sandbox_worker", "agent_sandbox_route", "agent_sandbox_exec",
-          # ours (tenants and their keys), made by the same DDL
-          "agent_sandbox_tenant", "agent_sandbox_api_key")
-INDEXES = 5  # the reference's four and the API keys' tenant_id
+          # ours (tenants and their keys, E2B's sandboxes), made by the same DDL
+          "agent_sandbox_tenant", "agent_sandbox_api_key", "agent_sandbox_e2b")
+INDEXES = 6  # the reference's four, the API keys' tenant_id and E2B's end_at
 
 
 def fresh_database():
