@@ -345,27 +345,6 @@ static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
     struct exec_stream *s = (struct exec_stream *)src;
     if (s->raw >= 0)
         return raw_read(s, buf, max);
-    if (s->encoded) {
-        char chunk[EVENT_BYTES];
-        for (;;) {
-            if (s->pending_pos < s->pending_len) {
-                size_t n = s->pending_len - s->pending_pos;
-                n = n < max ? n : max;
-                memcpy(buf, s->pending + s->pending_pos, n);
-                s->pending_pos += n;
-                atomic_store(&s->last_send_us, sl_mono_us());
-                return (ssize_t)n;
-            }
-            s->pending_len = s->pending_pos = 0;
-            if (s->done)
-                return -1;
-            int r = encode_next(s, chunk, sizeof(chunk));
-            if (r < 0)
-                return -1;
-            if (r == 0)
-                return 0; /* on_output or the ticker wakes us */
-        }
-    }
     char chunk[EVENT_BYTES];
     for (;;) {
         if (s->pending_pos < s->pending_len) {
@@ -379,6 +358,14 @@ static ssize_t stream_read(struct sl_body_source *src, char *buf, size_t max)
         s->pending_len = s->pending_pos = 0;
         if (s->done)
             return -1;
+        if (s->encoded) {
+            int r = encode_next(s, chunk, sizeof(chunk));
+            if (r < 0)
+                return -1;
+            if (r == 0)
+                return 0; /* on_output or the ticker wakes us */
+            continue;
+        }
         if (atomic_exchange(&s->keepalive_due, false)) {
             if (put(s, ": keepalive\n\n", 13) < 0)
                 return -1;
