@@ -27,6 +27,7 @@
 #include "e2b/e2b.h"
 #include "e2b/envd.h"
 #include "service/service.h"
+#include "service/tenants.h"
 
 #define HOME "/home/user"
 /* ListDir's deepest walk, and its most entries. */
@@ -469,6 +470,18 @@ static const struct {
 int sl_envd_generation(struct sl_request *req, int64_t *generation, struct sl_error *err)
 {
     return sl_svc_current_generation(req->svc, req->params[0], generation, err);
+}
+
+int sl_envd_command_quota_enter(struct sl_request *req, bool *held, struct sl_error *err)
+{
+    /* The access token names the tenant, not its limits: the sandbox's
+     * stored id gives them (cached a second). */
+    struct sl_principal who = *req->principal;
+    int64_t value = 0;
+    *held = false;
+    if (sl_svc_principal_of_sandbox(req->svc, req->params[0], &who, err) < 0)
+        return -1;
+    return sl_svc_quota_enter(req->svc, &who, SL_LIMIT_COMMANDS, NULL, held, &value, err);
 }
 
 void sl_envd_rpc(struct sl_request *req, struct sl_response *resp)

@@ -23,6 +23,11 @@ int sl_envd_user_check(struct sl_request *req, struct sl_error *err);
 /* An E2B path as the file API's ("/workspace/…"); -1 outside it. */
 int sl_envd_path(const char *in, char *out, size_t size, struct sl_error *err);
 int sl_envd_generation(struct sl_request *req, int64_t *generation, struct sl_error *err);
+/* A new process (command, terminal, interpreter context) is one of its
+ * tenant's commands_in_flight, counted from its admission as an exec of
+ * the API: 0 admitted (*held: give it back with sl_svc_quota_leave once
+ * started), -1 refused (err). */
+int sl_envd_command_quota_enter(struct sl_request *req, bool *held, struct sl_error *err);
 /* process.Process (e2b/process.c). */
 void sl_envd_process(struct sl_request *req, struct sl_response *resp, const char *method,
                      bool streaming);

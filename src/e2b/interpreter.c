@@ -110,11 +110,8 @@ static int context_launch(struct sl_request *req, int64_t generation, const char
 static int context_start(struct sl_request *req, int64_t generation, const char *ctx,
                          const char *cwd, char *exec_id, size_t size, struct sl_error *err)
 {
-    struct sl_principal who = *req->principal;
     bool held = false;
-    int64_t value = 0;
-    if (sl_svc_principal_of_sandbox(req->svc, req->params[0], &who, err) < 0 ||
-        sl_svc_quota_enter(req->svc, &who, SL_LIMIT_COMMANDS, NULL, &held, &value, err) < 0)
+    if (sl_envd_command_quota_enter(req, &held, err) < 0)
         return -1;
     int rc = context_launch(req, generation, ctx, cwd, exec_id, size, err);
     sl_svc_quota_leave(req->svc, held);

@@ -517,13 +517,8 @@ void sl_envd_process(struct sl_request *req, struct sl_response *resp, const cha
         return;
     }
     if (streaming && strcmp(method, "Start") == 0) {
-        /* A process is a command of its tenant's (commands_in_flight),
-         * counted from its admission, as an exec through the API. */
-        struct sl_principal who = *req->principal;
         bool held = false;
-        int64_t value = 0;
-        if (sl_svc_principal_of_sandbox(req->svc, req->params[0], &who, &err) < 0 ||
-            sl_svc_quota_enter(req->svc, &who, SL_LIMIT_COMMANDS, NULL, &held, &value, &err) < 0) {
+        if (sl_envd_command_quota_enter(req, &held, &err) < 0) {
             sl_envd_stream_err(resp, &err);
             return;
         }
