@@ -78,6 +78,7 @@ enum stmt_id {
     ST_ROUTE_GET,
     ST_ROUTE_EXISTS,
     ST_ROUTE_INSERT,
+    ST_ROUTE_TAKE_WARM,
     ST_ROUTE_CAS,
     ST_ROUTE_TOUCH,
     ST_ROUTE_LOCK,
@@ -143,6 +144,19 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_ROUTE_INSERT] = "INSERT INTO " ROUTE_TABLE " (" ROUTE_COLUMNS ") VALUES (?1, ?2, ?3, ?4, "
                         "?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, "
                         "?20, ?21, ?22, ?23, ?24, ?25)",
+    /* Every column but the uid, which is the warm row's: the row becomes the
+     * sandbox's (service/warm.c). */
+    [ST_ROUTE_TAKE_WARM] = "UPDATE " ROUTE_TABLE " SET sandbox_id = ?1, workspace_scope_id = ?2, "
+                           "worker_id = ?3, worker_epoch = ?4, generation = ?5, profile_id = ?7, "
+                           "profile_hash = ?8, status = ?9, storage_mode = ?10, "
+                           "active_exec_id = ?11, last_active_at = ?12, "
+                           "generation_started_at = ?13, generation_created_by = ?14, "
+                           "ready_at = ?15, last_released_generation = ?16, "
+                           "last_released_at = ?17, last_release_reason = ?18, "
+                           "last_released_by = ?19, last_lifetime_ms = ?20, "
+                           "lifecycle_count = ?21, total_lifetime_ms = ?22, "
+                           "lifecycle_history_json = ?23, created_at = ?24, updated_at = ?25 "
+                           "WHERE sandbox_id = ?26 AND sandbox_uid = ?6 AND status = 'WARM'",
     [ST_ROUTE_TOUCH] = "UPDATE " ROUTE_TABLE " SET last_active_at = ?3, updated_at = ?3 "
                        "WHERE sandbox_id = ?1 AND generation = ?2 "
                        "AND status IN ('ASSIGNED', 'READY', 'RUNNING')",
@@ -1161,6 +1175,27 @@ static int sql_route_insert(struct sl_store *s, const struct sl_route *r, struct
     if (exists < 0)
         return -1;
     return exists ? 0 : -2;
+}
+
+static int sql_route_take_warm(struct sl_store *s, const char *warm_id, const struct sl_route *r,
+                               struct sl_error *err)
+{
+    struct sql_store *st = store_of(s);
+    _cleanup_conn_ struct sl_sql_conn *c = conn_get(s, true, err);
+    if (!c)
+        return -1;
+    struct args a;
+    args_init(&a, s);
+    route_args(&a, r);
+    arg_text(&a, 26, warm_id);
+    int rc = query(st, c, ST_ROUTE_TAKE_WARM, &a, err);
+    if (rc == SL_SQL_CONFLICT) {
+        sl_error_clear(err);
+        return 0; /* the sandbox's id has a route already: the caller re-reads */
+    }
+    if (rc < 0)
+        return sl_error_wrap(err, "take a warm route");
+    return st->drv->changes(c) > 0 ? 1 : -2;
 }
 
 static int sql_route_cas(struct sl_store *s, const struct sl_route *r, int64_t expect_generation,
@@ -2499,6 +2534,7 @@ static const struct sl_store_ops sql_ops = {
     .prepare_schema = sql_prepare_schema,
     .route_get = sql_route_get,
     .route_insert = sql_route_insert,
+    .route_take_warm = sql_route_take_warm,
     .route_cas = sql_route_cas,
     .route_touch = sql_route_touch,
     .exec_get = sql_exec_get,

@@ -226,6 +226,13 @@ struct sl_store_ops {
     /* Insert a new route. 1 inserted; 0 when sandbox_id already exists (caller
      * re-reads); -2 when sandbox_uid is taken (caller draws again); -1 error. */
     int (*route_insert)(struct sl_store *s, const struct sl_route *r, struct sl_error *err);
+    /* A warm route (status WARM, service/warm.c) becomes r's: every column
+     * of *r is written, sandbox_id included, where sandbox_id = warm_id,
+     * status is WARM and sandbox_uid = r->sandbox_uid. 1 taken; 0 when
+     * r->sandbox_id has a route already (caller re-reads; the warm row is
+     * unchanged); -2 when the warm row is gone or not WARM; -1 error. */
+    int (*route_take_warm)(struct sl_store *s, const char *warm_id, const struct sl_route *r,
+                           struct sl_error *err);
     /* Compare-and-set: write every column of *r (except sandbox_uid and
      * created_at, which never change) where sandbox_id matches,
      * generation = expect_generation and status is one of expect_statuses
