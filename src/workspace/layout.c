@@ -114,11 +114,44 @@ static int check_existing_dir(int dirfd, const char *name, uid_t uid, const char
     return 0;
 }
 
+static int sandbox_make(const char *workspace_root, const char *sandbox_id, uid_t uid,
+                        bool disk_available, const struct ws_quota *quota, struct sl_error *err);
+
 int ws_sandbox_create(const char *workspace_root, const char *sandbox_id, uid_t uid,
                       bool disk_available, const struct ws_quota *quota, struct sl_error *err)
 {
     if (ws_sandbox_id_check(sandbox_id, err) < 0)
         return -1;
+    return sandbox_make(workspace_root, sandbox_id, uid, disk_available, quota, err);
+}
+
+int ws_warm_create(const char *workspace_root, const char *name, uid_t uid, bool disk_available,
+                   const struct ws_quota *quota, struct sl_error *err)
+{
+    if (strncmp(name, WS_WARM_PREFIX, strlen(WS_WARM_PREFIX)) != 0 || strchr(name, '/') ||
+        strlen(name) <= strlen(WS_WARM_PREFIX))
+        return sl_error_set(err, SL_E_INTERNAL, EINVAL, "not a warm sandbox's name: %s", name);
+    return sandbox_make(workspace_root, name, uid, disk_available, quota, err);
+}
+
+int ws_warm_claim(const char *workspace_root, const char *name, const char *sandbox_id,
+                  struct sl_error *err)
+{
+    if (ws_sandbox_id_check(sandbox_id, err) < 0)
+        return -1;
+    _cleanup_close_ int rootfd = open(workspace_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0)
+        return sl_error_errno(err, SL_E_WORKSPACE_INVALID, "the workspace root is unavailable");
+    /* Never over a directory the sandbox's id has already. */
+    if (renameat2(rootfd, name, rootfd, sandbox_id, RENAME_NOREPLACE) < 0)
+        return sl_error_errno(err, SL_E_WORKSPACE_INVALID, "cannot give %s its directory",
+                              sandbox_id);
+    return 0;
+}
+
+static int sandbox_make(const char *workspace_root, const char *sandbox_id, uid_t uid,
+                        bool disk_available, const struct ws_quota *quota, struct sl_error *err)
+{
     _cleanup_close_ int rootfd =
         open(workspace_root, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (rootfd < 0)

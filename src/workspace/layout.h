@@ -38,6 +38,16 @@ int ws_sandbox_create(const char *workspace_root, const char *sandbox_id, uid_t 
                       bool disk_available, const struct ws_quota *quota,
                       struct sl_error *err);
 
+/* A warm sandbox's root (service/warm.c): made as a sandbox's, under a
+ * service-owned name starting with WS_WARM_PREFIX; ws_warm_claim renames
+ * it to its sandbox's id when a create takes it (never over an existing
+ * directory). 0, or -1 with err. */
+#define WS_WARM_PREFIX ".warm-"
+int ws_warm_create(const char *workspace_root, const char *name, uid_t uid, bool disk_available,
+                   const struct ws_quota *quota, struct sl_error *err);
+int ws_warm_claim(const char *workspace_root, const char *name, const char *sandbox_id,
+                  struct sl_error *err);
+
 /* O_PATH|O_DIRECTORY descriptor of the sandbox root (never through a symlink). */
 int ws_sandbox_open(const char *workspace_root, const char *sandbox_id, struct sl_error *err);
 
