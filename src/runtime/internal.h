@@ -55,6 +55,12 @@ struct rt_session {
      * tenant's changed ceiling reaches a session that is running. */
     struct sl_rt_caps caps;
     int net_slot; /* its private network (sl_privnet_detach), -1: none */
+    /* Made ahead for a sandbox not created yet (sl_rt_session_prepare):
+     * never idle-reaped until sl_rt_session_adopt gives it its sandbox. */
+    bool prepared;
+    /* Adopted, and not yet given its sandbox's egress rules: the next
+     * session_get writes them before any command of the sandbox runs. */
+    bool egress_pending;
 };
 
 /* ---- supervision (supervise.c) ---- */

@@ -48,6 +48,8 @@ struct sl_rt_options {
     /* Keep a sandbox's namespaces and mount tree (sandloom-init in session
      * mode) between executions; otherwise one fresh sandbox per execution. */
     bool warm_sessions;
+    /* Give the host's cgroup2 superblock favordynmods (cgroup.h). */
+    bool favor_dynmods;
     /* Aggregate per-sandbox quotas (cgroups); 0 = no such quota. */
     int64_t memory_limit_bytes, pids_limit;
     double cpu_limit; /* CPUs */
@@ -70,6 +72,8 @@ struct sl_rt_profile {
     int cgroup_version;         /* 0 none, 1, 2 */
     bool memory_quota, pids_quota, cpu_quota; /* really enforced */
     char cgroup_note[256];      /* why a quota is off, "" when all are on */
+    bool favordynmods;          /* cgroup moves wait for no grace period */
+    char favordynmods_note[256]; /* why not, when asked and not on */
 };
 
 /* A template tree to show read-only at /envs/<name> (API.md §6.5). */
@@ -209,6 +213,22 @@ int sl_rt_kill_sandbox(struct sl_runtime *rt, uid_t uid, struct sl_error *err);
 int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms);
 /* Live warm sessions. */
 int sl_rt_sessions(struct sl_runtime *rt);
+
+/* A warm session made ahead of its sandbox (service/warm.c): the
+ * namespaces, mount tree, cgroups and network of a sandbox rooted at
+ * `root` with `uid`, with the worker's default ceilings and egress, kept
+ * (never idle-reaped) until adopted. 0, or -1 with err (ENOTSUP when
+ * warm sessions are off). */
+int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
+                          struct sl_error *err);
+/* The prepared session of uid at old_root is the sandbox's at new_root
+ * now (the caller renamed the directory: the session's mounts followed
+ * it). false when there is no such live session (the first command then
+ * makes one, as for any sandbox). */
+bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
+                         const char *new_root);
+/* Whether uid has a live session rooted at root. */
+bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root);
 
 /* A connected TCP socket (non-blocking, close-on-exec, the caller's) to
  * `port` on the loopback of the sandbox of uid, as the sandbox sees it:

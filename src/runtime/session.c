@@ -67,6 +67,21 @@ static void table_remove(struct sl_runtime *rt, struct rt_session *s)
         }
 }
 
+/* Into the table (caller holds sessions_lock). 0, or -1 out of memory. */
+static int table_add(struct sl_runtime *rt, struct rt_session *s)
+{
+    if (rt->n_sessions == rt->cap_sessions) {
+        size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;
+        struct rt_session **n = realloc(rt->sessions, cap * sizeof(*n));
+        if (!n)
+            return -1;
+        rt->sessions = n;
+        rt->cap_sessions = cap;
+    }
+    rt->sessions[rt->n_sessions++] = s;
+    return 0;
+}
+
 /* Drop one reference; the last one of a dead session frees it. */
 static void session_put(struct sl_runtime *rt, struct rt_session *s)
 {
@@ -157,6 +172,24 @@ static void session_recap(struct sl_runtime *rt, struct rt_session *s,
         close(fds[--n]);
 }
 
+/* An adopted session's network given its sandbox's rules (it was made
+ * with the worker's defaults). false when they could not be written: the
+ * session is then dropped and a new one starts with them. Under
+ * sessions_lock. */
+static bool session_set_egress(struct sl_runtime *rt, struct rt_session *s,
+                               const struct sl_rt_egress *egress)
+{
+    s->egress_pending = false;
+    if (!rt->privnet || s->net_slot < 0 || !egress || (!egress->policy && !egress->bound))
+        return true;
+    struct sl_error err = {0};
+    if (sl_privnet_set_policy(rt->privnet, s->uid, egress->policy, egress->bound, &err) == 0)
+        return true;
+    sl_warn("sandbox uid %u: its prepared session is dropped, its rules could not be written: %s",
+            (unsigned)s->uid, sl_error_text(&err));
+    return false;
+}
+
 /* The live session of uid, started if needed; returned with refs and
  * active taken. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
@@ -170,7 +203,8 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
         struct rt_session *s = rt->sessions[i];
         if (s->uid != uid)
             continue;
-        if (!s->dead && session_alive(s) && strcmp(s->root, root) == 0) {
+        if (!s->dead && session_alive(s) && strcmp(s->root, root) == 0 &&
+            (!s->egress_pending || session_set_egress(rt, s, egress))) {
             s->refs++;
             s->active++;
             if (caps && memcmp(&s->caps, caps, sizeof(*caps)) != 0)
@@ -192,20 +226,13 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, egress, err);
     if (s && caps)
         s->caps = *caps;
+    if (s && table_add(rt, s) < 0) {
+        pthread_mutex_unlock(&rt->sessions_lock);
+        session_free(rt, s);
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        return NULL;
+    }
     if (s) {
-        if (rt->n_sessions == rt->cap_sessions) {
-            size_t cap = rt->cap_sessions ? rt->cap_sessions * 2 : 64;
-            struct rt_session **n = realloc(rt->sessions, cap * sizeof(*n));
-            if (!n) {
-                pthread_mutex_unlock(&rt->sessions_lock);
-                session_free(rt, s);
-                sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-                return NULL;
-            }
-            rt->sessions = n;
-            rt->cap_sessions = cap;
-        }
-        rt->sessions[rt->n_sessions++] = s;
         s->refs = 1;
         s->active = 1;
     }
@@ -559,14 +586,75 @@ struct idle_arg {
 static bool pick_idle(struct rt_session *s, void *arg)
 {
     const struct idle_arg *a = arg;
-    return s->active == 0 && s->refs == 0 && a->now_us - s->last_used_us >= a->idle_us &&
-           !session_busy(s);
+    return s->active == 0 && s->refs == 0 && !s->prepared &&
+           a->now_us - s->last_used_us >= a->idle_us && !session_busy(s);
 }
 
 int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms)
 {
     struct idle_arg a = {.now_us = sl_mono_us(), .idle_us = idle_ms * 1000};
     return stop_matching(rt, pick_idle, &a);
+}
+
+int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
+                          struct sl_error *err)
+{
+    if (!rt->warm_sessions)
+        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP, "this runtime keeps no warm sessions");
+    /* The worker's own ceilings and egress defaults: a sandbox's own are
+     * written when it is adopted (its first command's caps, the service's
+     * egress) like any running session's. */
+    const struct sl_rt_caps none = {0};
+    const struct sl_rt_egress defaults = {0};
+    /* Built outside sessions_lock, unlike session_get's: nobody else knows
+     * this uid yet, and every command's session lookup takes that lock. */
+    struct rt_session *s = session_start(rt, root, uid, NULL, 0, &none, &defaults, err);
+    if (!s)
+        return -1;
+    s->caps = none;
+    s->prepared = true;
+    s->last_used_us = sl_mono_us();
+    pthread_mutex_lock(&rt->sessions_lock);
+    int rc = table_add(rt, s);
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (rc < 0) {
+        session_free(rt, s);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
+                         const char *new_root)
+{
+    bool adopted = false;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions; i++) {
+        struct rt_session *s = rt->sessions[i];
+        if (s->uid == uid && !s->dead && strcmp(s->root, old_root) == 0 && session_alive(s)) {
+            /* Its mounts are the directory's, which moved with its name. */
+            snprintf(s->root, sizeof(s->root), "%s", new_root);
+            s->prepared = false;
+            s->egress_pending = true;
+            s->last_used_us = sl_mono_us();
+            adopted = true;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return adopted;
+}
+
+bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root)
+{
+    bool ready = false;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions && !ready; i++) {
+        struct rt_session *s = rt->sessions[i];
+        ready = s->uid == uid && !s->dead && strcmp(s->root, root) == 0 && session_alive(s);
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return ready;
 }
 
 int sl_rt_sessions(struct sl_runtime *rt)
