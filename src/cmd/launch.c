@@ -53,6 +53,7 @@ struct sl_rt_options launch_runtime_options(const struct sl_config *cfg, const c
         .required_features = &cfg->isolation_required_features,
         .optional_features = &cfg->isolation_optional_features,
         .warm_sessions = cfg->session_idle_seconds > 0,
+        .favor_dynmods = strcmp(cfg->cgroup_favor_dynmods, "on") == 0,
         .memory_limit_bytes = cfg->memory_limit_bytes,
         .pids_limit = cfg->pids_limit,
         .cpu_limit = cfg->cpu_limit,

@@ -91,6 +91,7 @@ static const char *const levels[] = {"auto", "basic", "standard", "strict", "1",
 static const char *const features[] = {"cgroup_namespace", "pid_namespace", NULL};
 static const char *const network_modes[] = {"host", "isolated", "private", NULL};
 static const char *const egress_defaults[] = {"allow", "deny", NULL};
+static const char *const on_off[] = {"on", "off", NULL};
 static const char *const snapshot_modes[] = {"auto", "always", "never", NULL};
 static const char *const environments[] = {"local", "staging", "prod", NULL};
 static const char *const toolchain_names[] = {"go", "java", "node", "python", "rust", NULL};
@@ -255,6 +256,8 @@ static const struct config_var config_vars[] = {
     V_INT("SANDBOX_E2B_DEFAULT_TIMEOUT_SECONDS", e2b_default_timeout_seconds, "300", 1, 86400),
     V_INT("SANDBOX_E2B_MAX_TIMEOUT_SECONDS", e2b_max_timeout_seconds, "86400", 1, 2592000),
     V_STR("SANDBOX_E2B_DOMAIN", e2b_domain, "", 0),
+    V_INT("SANDBOX_WARM_POOL_SIZE", warm_pool_size, "0", 0, 256),
+    V_CHOICE("SANDBOX_CGROUP_FAVOR_DYNMODS", cgroup_favor_dynmods, "on", on_off),
     V_INT("SANDBOX_MAX_FILE_API_BYTES", max_file_api_bytes, "33554432", 1, NOLIM),
     V_INT("SANDBOX_MAX_LIST_ENTRIES", max_list_entries, "1000", 1, 10000),
     V_INT("SANDBOX_MAX_PARALLEL_EXECS_PER_SANDBOX", max_parallel_execs_per_sandbox, "16", 1, 64),

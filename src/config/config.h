@@ -100,6 +100,10 @@ struct sl_config {
      * none, the longest one may ask, and the domain of the host form. */
     int64_t e2b_default_timeout_seconds, e2b_max_timeout_seconds;
     char *e2b_domain;
+    /* Sandboxes prepared ahead of their create (service/warm.c). */
+    int64_t warm_pool_size;
+    /* "on": the host's cgroup2 superblock gets favordynmods (cgroup.h). */
+    char *cgroup_favor_dynmods;
     char *ports_domain; /* "": no host-based form of the ports route */
     int64_t max_file_api_bytes;
     int64_t max_list_entries;

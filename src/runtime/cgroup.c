@@ -10,7 +10,9 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+#include <linux/mount.h>
 
 #include "common/cleanup.h"
 
@@ -813,4 +815,67 @@ void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid)
         for (int i = 0; i < 50 && rmdir(dir) < 0 && errno == EBUSY; i++)
             usleep(10000);
     }
+}
+
+/* ---- favordynmods -------------------------------------------------------- */
+
+/* cgroup2's superblock flags (kernel/cgroup/cgroup.c, cgroup2_fs_parameters):
+ * a reconfigure applies exactly the flags it is given, so the ones the
+ * mount has are given again. */
+static const char *const cgroup2_flags[] = {
+    "nsdelegate", "favordynmods", "memory_localevents", "memory_recursiveprot",
+    "memory_hugetlb_accounting", "pids_localevents", NULL};
+
+static bool option_listed(const char *options, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = options; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0)
+            return true;
+        p = end ? end + 1 : NULL;
+    }
+    return false;
+}
+
+int sl_cgroup_favor_dynmods(char *why, size_t size)
+{
+    why[0] = '\0';
+    _cleanup_fclose_ FILE *f = fopen("/proc/self/mounts", "re");
+    if (!f) {
+        snprintf(why, size, "cannot read /proc/self/mounts: %s", strerror(errno));
+        return 0;
+    }
+    char line[4096], dir[PATH_MAX] = "", options[1024] = "";
+    while (fgets(line, sizeof(line), f)) {
+        char src[256], mnt[PATH_MAX], type[64], opts[1024];
+        if (sscanf(line, "%255s %4095s %63s %1023s", src, mnt, type, opts) == 4 &&
+            strcmp(type, "cgroup2") == 0) {
+            snprintf(dir, sizeof(dir), "%s", mnt);
+            snprintf(options, sizeof(options), "%s", opts);
+            break;
+        }
+    }
+    if (!dir[0]) {
+        snprintf(why, size, "the host has no cgroup2 mount to give favordynmods");
+        return 0;
+    }
+    if (option_listed(options, "favordynmods"))
+        return 1;
+    /* The superblock alone (fspick + reconfigure): the mount's own flags
+     * (nosuid, nodev, ...) are not touched, as a remount would. */
+    _cleanup_close_ int fd = (int)syscall(SYS_fspick, AT_FDCWD, dir, FSPICK_CLOEXEC);
+    int rc = fd < 0 ? -1 : 0;
+    for (size_t i = 0; rc == 0 && cgroup2_flags[i]; i++)
+        if (strcmp(cgroup2_flags[i], "favordynmods") == 0 ||
+            option_listed(options, cgroup2_flags[i]))
+            rc = (int)syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, cgroup2_flags[i], NULL, 0);
+    if (rc == 0)
+        rc = (int)syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
+    if (rc < 0) {
+        snprintf(why, size, "cannot give %s favordynmods: %s", dir, strerror(errno));
+        return 0;
+    }
+    return 1;
 }

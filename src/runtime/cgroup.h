@@ -49,6 +49,15 @@ int sl_cgroups_open_at(const char *root, const struct sl_cgroup_limits *limits,
 void sl_cgroups_close(struct sl_cgroups *cg);
 
 enum sl_cgroup_version sl_cgroups_version(const struct sl_cgroups *cg);
+
+/* The kernel's `favordynmods` on the host's cgroup2 superblock (the first
+ * cgroup2 mount in /proc/self/mounts, its other options kept): a process
+ * moved into a cgroup (every command is, runtime/session.c) no longer
+ * waits for an RCU grace period when moves are not back to back; forks
+ * and exits cost slightly more. The flag is global to the cgroup core, so
+ * it serves v1 hierarchies too. 1 on (already, or now), 0 not possible
+ * (`why` says why: no cgroup2 mount, an older kernel, not privileged). */
+int sl_cgroup_favor_dynmods(char *why, size_t size);
 /* Which quotas are really enforced. */
 bool sl_cgroups_memory(const struct sl_cgroups *cg);
 bool sl_cgroups_pids(const struct sl_cgroups *cg);

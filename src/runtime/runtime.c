@@ -570,6 +570,9 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
         p->pids_quota = sl_cgroups_pids(rt->cgroups);
         p->cpu_quota = sl_cgroups_cpu(rt->cgroups);
         snprintf(p->cgroup_note, sizeof(p->cgroup_note), "%s", sl_cgroups_why(rt->cgroups));
+        if (opt->favor_dynmods && p->cgroup_version != SL_CGROUP_NONE)
+            p->favordynmods = sl_cgroup_favor_dynmods(p->favordynmods_note,
+                                                      sizeof(p->favordynmods_note)) == 1;
     }
 
     if (probe_dir_create(opt->probe_root, opt->probe_uid, probe_dir, sizeof(probe_dir), err) < 0) {

@@ -255,5 +255,7 @@ json_t *sl_svc_diagnostics(struct sl_service *svc, struct sl_error *err)
         "sandboxes with NO_SANDBOX_WORKER_AVAILABLE.");
     if (!doc)
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    else /* ours: this worker's prepared sandboxes (warm.c) */
+        json_object_set_new(doc, "warm_pool", svc_warm_status(svc));
     return doc;
 }

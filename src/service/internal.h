@@ -140,6 +140,19 @@ struct sl_service {
      * with the loop (stopping, loop_cond). */
     pthread_t e2b_thread;
     bool e2b_started;
+    /* Sandboxes prepared ahead of their create (warm.c). */
+    struct svc_warm {
+        pthread_mutex_t lock;
+        pthread_cond_t cond; /* a take, or stopping */
+        struct svc_warm_entry {
+            char id[32]; /* WS_WARM_PREFIX + hex: its route's id and directory */
+            uid_t uid;
+        } *ready;
+        size_t n, cap;
+        pthread_t thread;
+        bool started, stop;
+        int64_t taken_total, made_total, failures_total;
+    } warm;
     bool loop_started;
     pthread_mutex_t loop_lock;
     pthread_cond_t loop_cond;
@@ -285,6 +298,23 @@ void svc_terminals_cycle(struct sl_service *svc);
  * the loop, stop (join) after the loop's stop was asked. */
 int svc_e2b_start(struct sl_service *svc, struct sl_error *err);
 void svc_e2b_join(struct sl_service *svc);
+
+/* The warm pool (warm.c). start: its thread, which adopts this worker's
+ * WARM routes of an earlier run and keeps SANDBOX_WARM_POOL_SIZE prepared;
+ * nothing when the size is 0. stop: the thread joined (the prepared
+ * sessions end with the runtime). */
+int svc_warm_start(struct sl_service *svc, struct sl_error *err);
+void svc_warm_stop(struct sl_service *svc);
+/* Insert the new route *r (uid unset) with a prepared sandbox's uid, whose
+ * directory and session become r's sandbox's. route_insert's answers (1
+ * inserted, 0 the id has a route already, -1 error), or -2 when none is
+ * ready (the caller draws a uid as for any sandbox). */
+int svc_warm_insert(struct sl_service *svc, struct sl_route *r, struct sl_error *err);
+/* JSON {target, ready, taken_total, made_total, failures_total}. */
+json_t *svc_warm_status(struct sl_service *svc);
+/* Insert *r with a newly drawn free uid (lifecycle.c): route_insert's
+ * answers, or SANDBOX_UID_POOL_EXHAUSTED. */
+int svc_route_insert_new(struct sl_service *svc, struct sl_route *r, struct sl_error *err);
 
 /* service/exec.c: set up / stop the execution table and completion pool. */
 int svc_execs_start(struct sl_service *svc, struct sl_error *err);

@@ -476,12 +476,25 @@ static int insert_new_route(struct sl_service *svc, const char *sandbox_id, cons
     };
     snprintf(r.status, sizeof(r.status), "ASSIGNED");
     snprintf(r.storage_mode, sizeof(r.storage_mode), "%s", cfg->shared_root ? "shared" : "local");
+    /* Placed here: a prepared sandbox's uid and session, when one is ready. */
+    if (strcmp(target->worker_id, svc->worker_id) == 0 &&
+        strcmp(target->worker_epoch, svc->worker_epoch) == 0) {
+        int rc = svc_warm_insert(svc, &r, err);
+        if (rc != -2)
+            return rc;
+    }
+    return svc_route_insert_new(svc, &r, err);
+}
+
+int svc_route_insert_new(struct sl_service *svc, struct sl_route *r, struct sl_error *err)
+{
+    const struct sl_config *cfg = svc->cfg;
     for (int attempt = 0; attempt < UID_ATTEMPTS; attempt++) {
         int64_t uid;
         if (sl_random_range(cfg->uid_start, cfg->uid_end, &uid) < 0)
             return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
-        r.sandbox_uid = uid;
-        int rc = svc->store->ops->route_insert(svc->store, &r, err);
+        r->sandbox_uid = uid;
+        int rc = svc->store->ops->route_insert(svc->store, r, err);
         if (rc != -2)
             return rc; /* 1 inserted, 0 someone else inserted the id, -1 error */
     }

@@ -231,6 +231,9 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
                         p->cgroup_version ? json_integer(p->cgroup_version) : json_null());
     if (p->cgroup_note[0])
         json_object_set_new(rc, "cgroup_note", json_string(p->cgroup_note));
+    json_object_set_new(rc, "favordynmods", json_boolean(p->favordynmods));
+    if (p->favordynmods_note[0])
+        json_object_set_new(rc, "favordynmods_note", json_string(p->favordynmods_note));
     json_object_set_new(caps, "resource_control", rc);
     /* Ours: whether a sandbox's /proc/self/mountinfo shows host paths of
      * the state layout (workspace/quota.h, ws_is_mount_root). */
@@ -288,7 +291,9 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
     pthread_condattr_init(&cattr);
     pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
     pthread_cond_init(&svc->loop_cond, &cattr);
+    pthread_cond_init(&svc->warm.cond, &cattr);
     pthread_condattr_destroy(&cattr);
+    pthread_mutex_init(&svc->warm.lock, NULL);
 
     int idlen =
         snprintf(svc->worker_id, sizeof(svc->worker_id), "%s-%d", cfg->advertise_host, cfg->port);
@@ -325,6 +330,10 @@ struct sl_service *sl_service_open(const struct sl_service_deps *deps, struct sl
         sl_warn("host layout: the workspace root or the template root is not a filesystem of its "
                 "own, so sandboxes read their host paths in /proc/self/mountinfo (set "
                 "SANDBOX_WORKSPACE_IMAGE_BYTES to hide it; see capabilities.host_layout)");
+    if (p->favordynmods_note[0])
+        sl_warn("cgroups: %s, so a command started after a pause waits for the kernel's "
+                "grace period to enter its cgroup (SANDBOX_CGROUP_FAVOR_DYNMODS)",
+                p->favordynmods_note);
     ws_disk_status(cfg->workspace_root, cfg->min_free_bytes, cfg->disk_high_watermark_percent,
                    &svc->disk);
     if (svc_execs_start(svc, err) < 0) {
@@ -629,7 +638,9 @@ int sl_service_start(struct sl_service *svc, struct sl_error *err)
     if (pthread_create(&svc->loop_thread, NULL, service_loop, svc) != 0)
         return sl_error_errno(err, SL_E_INTERNAL, "cannot start the heartbeat thread");
     svc->loop_started = true;
-    return svc_e2b_start(svc, err);
+    if (svc_e2b_start(svc, err) < 0)
+        return -1;
+    return svc_warm_start(svc, err);
 }
 
 void sl_service_close(struct sl_service *svc)
@@ -643,6 +654,7 @@ void sl_service_close(struct sl_service *svc)
         pthread_mutex_unlock(&svc->loop_lock);
         pthread_join(svc->loop_thread, NULL);
         svc_e2b_join(svc);
+        svc_warm_stop(svc);
         struct sl_error err = {0};
         if (heartbeat(svc, "OFFLINE", &err) < 0)
             sl_warn("final heartbeat failed: %s", sl_error_text(&err));

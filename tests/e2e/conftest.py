@@ -151,6 +151,11 @@ class Daemon:
         # the isolation level of every daemon a test does not configure.
         if os.environ.get("SANDLOOM_TEST_LEVEL"):
             env_full["SANDBOX_ISOLATION_LEVEL"] = os.environ["SANDLOOM_TEST_LEVEL"]
+        # SANDLOOM_TEST_WARM_POOL=<n>: every daemon keeps n sandboxes prepared
+        # (service/warm.c), so the suites run on sandboxes whose session was
+        # made before their create.
+        if os.environ.get("SANDLOOM_TEST_WARM_POOL"):
+            env_full["SANDBOX_WARM_POOL_SIZE"] = os.environ["SANDLOOM_TEST_WARM_POOL"]
         # SANDLOOM_TEST_IMAGE=<bytes>: every daemon keeps its sandboxes in a
         # workspace image of that size (workspace/image.h), whose free space
         # is then what admission checks: 64 MiB must stay free, not 1 GiB.
