@@ -24,6 +24,7 @@
 #include "api/tenant_view.h"
 #include "api/router.h"
 #include "api/stream_relay.h"
+#include "e2b/connect.h"
 #include "e2b/e2b.h"
 #include "common/cleanup.h"
 #include "common/json.h"
@@ -96,6 +97,9 @@ struct conn_state {
     const struct sl_route_def *route;
     char *pathbuf; /* params point into it */
     char *path;    /* the request's path as sent (forwarding) */
+    /* An E2B sandbox request's path as it came, before sl_e2b_rewrite
+     * (what a raw relay to the owner sends); NULL for any other. */
+    char *sent_url;
     /* While the handler runs: the parsed body, for a forward. */
     const json_t *parsed;
     const char *params[SL_ROUTE_MAX_PARAMS];
@@ -492,6 +496,7 @@ static void conn_state_free(struct conn_state *st)
         st->upgrade->abandon(st->upgrade);
     free(st->pathbuf);
     free(st->path);
+    free(st->sent_url);
     free(st);
 }
 
@@ -639,6 +644,7 @@ struct forward_job {
     bool answered;
     char last_event_id[128];
     char *url, *body;
+    char *headers; /* a raw relay's: the client's header lines */
     char worker_id[129];
     char sandbox_id[129];
     int64_t generation;
@@ -646,12 +652,24 @@ struct forward_job {
 
 /* The owner's event stream, as it comes (the forward thread): the client
  * gets its answer with the first bytes, then the rest through the relay. */
-static bool relay_out(void *ctx, int status, const char *data, size_t len)
+static bool relay_out(void *ctx, int status, const char *type, const char *data, size_t len)
 {
     struct forward_job *job = ctx;
+    if (!job->answered && !job->relay && !(job->relay = sl_relay_new())) {
+        /* A raw relay makes its relay at the first bytes of a stream (most
+         * of E2B's answers are not one). */
+        job->answered = true;
+        struct sl_response resp = {0};
+        sl_e2b_respond_error(&resp, errno == EBUSY ? 429 : 500,
+                             errno == EBUSY ? "this replica already relays as many streams as it "
+                                              "may: retry later"
+                                            : "internal error");
+        answer(job->st, &resp); /* st is not ours after this */
+        return false;
+    }
     if (!job->answered) {
         struct sl_response resp = {.status = status,
-                                   .content_type = "text/event-stream",
+                                   .content_type = type,
                                    .source = sl_relay_source(job->relay)};
         snprintf(resp.log_detail, sizeof(resp.log_detail), "streamed from %s", job->worker_id);
         job->answered = true;
@@ -663,7 +681,7 @@ static bool relay_out(void *ctx, int status, const char *data, size_t len)
 static bool relay_open(void *ctx)
 {
     struct forward_job *job = ctx;
-    return sl_relay_open(job->relay);
+    return !job->relay || sl_relay_open(job->relay);
 }
 
 static void run_forward(void *arg)
@@ -676,9 +694,10 @@ static void run_forward(void *arg)
     bool forget = !reached || resp.status == 503; /* an owner gone or going */
     if (job->relay)
         sl_relay_end(job->relay, !job->answered);
-    if (job->answered)
+    if (job->answered) {
         free(resp.body); /* the stream was the answer */
-    else
+        free(resp.headers);
+    } else
         answer(job->st, &resp); /* st is not ours after this */
     if (forget)
         sl_svc_owner_forget(svc, job->sandbox_id);
@@ -688,6 +707,7 @@ static void run_forward(void *arg)
         sl_svc_route_touch(svc, job->sandbox_id, job->generation);
     free(job->url);
     free(job->body);
+    free(job->headers);
     free(job);
 }
 
@@ -891,6 +911,100 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
     }
 }
 
+/* What of an owner's answer to a raw relay streams through as it comes:
+ * envd's Connect server-streams, the interpreter's NDJSON, an event
+ * stream; anything else is collected and answered whole. */
+static const char *const raw_stream_types[] = {SL_CONNECT_STREAM_TYPE, "application/x-ndjson",
+                                               "text/event-stream", NULL};
+
+static void raw_job_free(struct forward_job *job)
+{
+    free(job->url);
+    free(job->body);
+    free(job->headers);
+    free(job);
+}
+
+/* An E2B request for a sandbox a live peer holds: sent there as it came
+ * (api/forward.h's raw relay), its answer relayed (run_forward answers). */
+static void start_raw_forward(struct conn_state *st, const struct sl_error_owner *o)
+{
+    struct forward_job *job = calloc(1, sizeof(*job));
+    struct query_buf q;
+    sl_buf_init(&q.b, 64 * 1024);
+    q.failed = false;
+    MHD_get_connection_values(st->conn, MHD_GET_ARGUMENT_KIND, add_query, &q);
+    size_t elen = strlen(o->endpoint);
+    while (elen && o->endpoint[elen - 1] == '/')
+        elen--;
+    _cleanup_free_ char *escaped = escape_path(st->sent_url ? st->sent_url : st->path);
+    if (job && !q.failed && escaped &&
+        asprintf(&job->url, "%.*s%s%s%.*s", (int)elen, o->endpoint, escaped, q.b.len ? "?" : "",
+                 (int)q.b.len, q.b.data ? q.b.data : "") < 0)
+        job->url = NULL;
+    sl_buf_free(&q.b);
+    if (job)
+        job->headers = sl_forward_client_headers(st->conn);
+    if (!job || !job->url || !job->headers) {
+        if (job)
+            raw_job_free(job);
+        struct sl_response resp = {0};
+        sl_e2b_respond_error(&resp, 500, "internal error");
+        answer(st, &resp);
+        return;
+    }
+    job->st = st;
+    /* The body is the request's bytes as they came; st no longer needs
+     * them, and the transfer may outlive st (a stream answered early). */
+    size_t body_len = st->body.len;
+    job->body = st->body.data;
+    st->body.data = NULL;
+    st->body.len = st->body.cap = 0;
+    snprintf(job->worker_id, sizeof(job->worker_id), "%s", o->worker_id);
+    snprintf(job->sandbox_id, sizeof(job->sandbox_id), "%s", path_param(st, "sandbox_id"));
+    job->generation = o->generation;
+    job->rq = (struct sl_forward_request){
+        .method = st->method,
+        .url = job->url,
+        .headers = job->headers,
+        .worker_id = job->worker_id,
+        .generation = o->generation,
+        .body = job->body,
+        .body_len = job->body ? body_len : 0,
+        .timeout_ms = 60000,
+        /* Any answer may be a stream: only silence ends the wait. */
+        .stream = relay_out,
+        .stream_types = raw_stream_types,
+        .stream_ctx = job,
+        .keep_going = relay_open,
+    };
+    if (sl_pool_submit(st->http->forwards, run_forward, job) < 0) {
+        raw_job_free(job);
+        struct sl_response resp = {0};
+        sl_e2b_respond_error(&resp, 503, "the server is overloaded; retry shortly");
+        answer(st, &resp);
+    }
+}
+
+/* E2B's requests name their sandbox and speak another protocol than the
+ * worker protocol: one that reaches a replica not holding its sandbox
+ * (the owner decision of the native routes, through the same owner cache)
+ * goes to the owner as it came. True when it was sent there (st is not
+ * ours any more). A request a replica sent on already is served here,
+ * whatever this worker holds: never forwarded twice. */
+static bool e2b_to_owner(struct conn_state *st)
+{
+    const char *id = st->route->credential != SL_CRED_BEARER ? path_param(st, "sandbox_id")
+                                                             : NULL;
+    if (!id || MHD_lookup_connection_value(st->conn, MHD_HEADER_KIND, SL_FORWARD_WORKER_HEADER))
+        return false;
+    struct sl_error err = {0};
+    if (sl_svc_sandbox_owner(st->http->svc, id, &err) == 0)
+        return false;
+    start_raw_forward(st, &err.owner);
+    return true;
+}
+
 /* /internal/v1 (§9.1): addressed to this worker, before anything else. */
 static bool internal_fence(struct conn_state *st)
 {
@@ -994,6 +1108,8 @@ static void run_handler(void *arg)
     /* GET /internal/v1/health is the protocol's one route with no fence. */
     if (st->route->internal && strcmp(st->route->pattern, "/internal/v1/health") != 0 &&
         !internal_fence(st))
+        return;
+    if (e2b_to_owner(st))
         return;
     /* NUL inside strings is accepted by the parser so that validation can
      * refuse it per field (and the file API with its own message). */
@@ -1245,6 +1361,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (e2b) {
             free(by_host);
             by_host = e2b;
+            if (!(st->sent_url = strdup(url)))
+                return MHD_NO;
         }
         if (by_host)
             url = by_host;

@@ -138,6 +138,43 @@ char *sl_svc_e2b_env(struct sl_service *svc, const char *sandbox_id)
     return env;
 }
 
+/* The connect of a create placed on a peer: what a forwarded connect sends
+ * (API.md §9.2: the route's uid, profile and the owner's epoch). */
+static json_t *owner_connect(struct sl_service *svc, const struct sl_error_owner *owner,
+                             const char *sandbox_id, struct sl_error *err)
+{
+    _cleanup_json_ json_t *body = json_pack(
+        "{s:I,s:I,s:s,s:s}", "generation", (json_int_t)owner->generation, "sandbox_uid",
+        (json_int_t)owner->sandbox_uid, "profile", owner->profile_id, "worker_epoch",
+        owner->worker_epoch);
+    if (!body)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory"), NULL;
+    json_t *doc = svc_owner_call(svc, owner, "POST", sandbox_id, "", body, err);
+    if (!doc)
+        sl_error_wrap(err, "connect the new sandbox on its worker");
+    return doc;
+}
+
+/* Its template attached there too, for the tenant that creates it (the
+ * worker protocol's calls carry the operator's token). */
+static json_t *owner_attach(struct sl_service *svc, const struct sl_error_owner *owner,
+                            const struct sl_e2b_new *n, struct sl_error *err)
+{
+    _cleanup_json_ json_t *body = json_pack("{s:I,s:[s]}", "generation",
+                                            (json_int_t)owner->generation, "templates",
+                                            n->template_id);
+    /* "tenant_id": the worker protocol's field for it (api/forward.h's
+     * SL_FORWARD_TENANT_FIELD, which the API's forwards add the same way). */
+    if (body && n->owner)
+        json_object_set_new(body, "tenant_id", json_string(n->owner));
+    if (!body)
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory"), NULL;
+    json_t *doc = svc_owner_call(svc, owner, "PUT", n->sandbox_id, "/templates", body, err);
+    if (!doc)
+        sl_error_wrap(err, "attach template %s on the sandbox's worker", n->template_id);
+    return doc;
+}
+
 int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
                       struct sl_e2b_sandbox *out, struct sl_error *err)
 {
@@ -150,15 +187,25 @@ int sl_svc_e2b_create(struct sl_service *svc, const struct sl_e2b_new *n,
         return sl_error_wrap(err, "resolve the new sandbox");
     int64_t generation = generation_of(route);
     _cleanup_json_ json_t *connected = sl_svc_connect(svc, n->sandbox_id, generation, err);
+    /* Placed on a peer (the fleet's least loaded worker): the sandbox is
+     * made there over the worker protocol, as a forwarded connect is, and
+     * this replica finishes the create (the E2B row is the store's). */
+    struct sl_error_owner owner = {0};
+    bool remote = !connected && err && sl_error_is(err, SL_E_OWNED_ELSEWHERE);
+    if (remote) {
+        owner = err->owner;
+        connected = owner_connect(svc, &owner, n->sandbox_id, err);
+    }
     /* Any other template is a Sandloom template (the tenant's own first,
      * then a public one), mounted read-only at /envs/<name>. */
     bool plain = strcmp(n->template_id, E2B_TEMPLATE_BASE) == 0 ||
                  strcmp(n->template_id, E2B_TEMPLATE_INTERPRETER) == 0;
-    _cleanup_json_ json_t *attached =
-        connected && !plain
-            ? sl_svc_template_attach(svc, n->sandbox_id, generation, n->owner,
-                                     (const char *const[]){n->template_id}, 1, err)
-            : NULL;
+    _cleanup_json_ json_t *attached = NULL;
+    if (connected && !plain && remote)
+        attached = owner_attach(svc, &owner, n, err);
+    else if (connected && !plain)
+        attached = sl_svc_template_attach(svc, n->sandbox_id, generation, n->owner,
+                                          (const char *const[]){n->template_id}, 1, err);
     struct sl_e2b_sandbox row = {.started_at = sl_now_us()};
     snprintf(row.sandbox_id, sizeof(row.sandbox_id), "%s", n->sandbox_id);
     snprintf(row.template_id, sizeof(row.template_id), "%s", n->template_id);

@@ -193,6 +193,15 @@ int svc_owned_elsewhere(const struct sl_route *route, const struct sl_worker_ent
  * be asked: err). Every owner decision asks this. */
 int svc_worker_lookup(struct sl_service *svc, const char *worker_id, struct sl_worker_entry *out,
                       struct sl_error *err);
+/* One call of the worker protocol (API.md §9.2) that this service makes of
+ * a sandbox's owner, a live peer: POST or PUT of `body` (JSON, NULL = none)
+ * to <endpoint>/internal/v1/sandboxes/<id><suffix>, fenced with the
+ * owner's id and the route's generation. The owner's answer document on a
+ * 2xx; otherwise NULL and SANDBOX_WORKER_UNREACHABLE, with what the owner
+ * said (or why it did not answer) in the detail. */
+json_t *svc_owner_call(struct sl_service *svc, const struct sl_error_owner *owner,
+                       const char *method, const char *sandbox_id, const char *suffix,
+                       const json_t *body, struct sl_error *err);
 /* For calls on a sandbox's owner (poll, cancel, templates, files):
  * svc_route_owner, then live here at that generation. */
 int svc_owner_fence(struct sl_service *svc, const char *sandbox_id, int64_t generation,

@@ -128,6 +128,42 @@ void sl_svc_owner_forget(struct sl_service *svc, const char *sandbox_id)
     svc_owner_cache_forget(svc->owners, sandbox_id);
 }
 
+int sl_svc_sandbox_owner(struct sl_service *svc, const char *sandbox_id, struct sl_error *err)
+{
+    int64_t generation = 0;
+    uid_t uid;
+    if (svc_live_current(svc, sandbox_id, &generation, &uid) == 0)
+        return 0;
+    /* The route read gives the generation the owner cache is keyed by: an
+     * owner never changes within one, so a hit is the decision the
+     * registry would give. */
+    struct sl_route r = {0};
+    struct sl_error decision = {0};
+    int found = svc->store->ops->route_get(svc->store, sandbox_id, &r, &decision);
+    int rc = 0;
+    if (found == 1 && r.worker_id && !status_is(&r, "RELEASED") && !status_is(&r, "RELEASING")) {
+        if (svc_owner_cache_get(svc->owners, sandbox_id, r.generation, err)) {
+            rc = -1;
+        } else if (is_dormant(&r)) {
+            /* A paused sandbox is resumed by the worker that holds it,
+             * whatever its epoch now (sl_svc_resume decides the same). */
+            struct sl_worker_entry owner;
+            if (strcmp(r.worker_id, svc->worker_id) != 0 &&
+                svc_worker_lookup(svc, r.worker_id, &owner, &decision) == 1)
+                rc = svc_owned_elsewhere(&r, &owner, err);
+        } else if (svc_require_local_owner(svc, &r, &decision) < 0 &&
+                   sl_error_is(&decision, SL_E_OWNED_ELSEWHERE)) {
+            if (err)
+                *err = decision;
+            rc = -1;
+        }
+    }
+    if (rc < 0 && err && sl_error_is(err, SL_E_OWNED_ELSEWHERE))
+        svc_owner_cache_put(svc->owners, sandbox_id, &err->owner);
+    sl_route_clear(&r);
+    return rc;
+}
+
 /* The one owner decision of every route that acts on a sandbox (after
  * svc_fence): 0 when this process owns it; SL_E_OWNED_ELSEWHERE, with the
  * owner in err->owner, when a live peer does (the API forwards there,
@@ -711,6 +747,52 @@ static int peer_destroy(struct sl_service *svc, const struct sl_worker_entry *ow
     free(url);
     sl_free_secret(auth);
     return rc;
+}
+
+json_t *svc_owner_call(struct sl_service *svc, const struct sl_error_owner *owner,
+                       const char *method, const char *sandbox_id, const char *suffix,
+                       const json_t *body, struct sl_error *err)
+{
+    _cleanup_free_ char *url = NULL, *text = NULL;
+    char *auth = NULL;
+    size_t elen = strlen(owner->endpoint);
+    while (elen && owner->endpoint[elen - 1] == '/')
+        elen--;
+    if (asprintf(&url, "%.*s/internal/v1/sandboxes/%s%s", (int)elen, owner->endpoint,
+                 sandbox_id, suffix) < 0)
+        url = NULL;
+    if (asprintf(&auth, "Bearer %s", svc->cfg->internal_token) < 0)
+        auth = NULL;
+    if (body)
+        text = json_dumps(body, JSON_COMPACT);
+    if (!url || !auth || (body && !text)) {
+        sl_free_secret(auth);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory"), NULL;
+    }
+    struct sl_peer_request rq = {.method = method,
+                                 .url = url,
+                                 .auth = auth,
+                                 .worker_id = owner->worker_id,
+                                 .generation = owner->generation,
+                                 .body = text,
+                                 .body_len = text ? strlen(text) : 0,
+                                 .timeout_ms = 30000};
+    struct sl_peer_answer a = {0};
+    int called = sl_peer_call(&rq, &a);
+    sl_free_secret(auth);
+    json_t *doc = NULL;
+    if (called == 0 && a.status >= 200 && a.status < 300)
+        doc = json_loadb(a.body, a.len, 0, NULL);
+    if (!doc) {
+        sl_error_set(err, SL_E_WORKER_UNREACHABLE, 0,
+                     "the worker that holds the sandbox did not do what was asked of it: retry");
+        if (err)
+            snprintf(err->detail, sizeof(err->detail), "%s %s%s on %s: %s%d %.400s", method,
+                     sandbox_id, suffix, owner->worker_id, called == 0 ? "answered " : a.why,
+                     a.status, a.body ? a.body : "");
+    }
+    free(a.body);
+    return doc;
 }
 
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const char *actor,

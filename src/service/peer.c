@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/util.h"
 
@@ -14,44 +15,105 @@
  * file read (32 MiB, base64) it is not an answer. */
 #define MAX_ANSWER_BYTES ((size_t)64 << 20)
 
+/* A raw relay's answer headers: at most this much of them. */
+#define MAX_HEADER_BYTES ((size_t)64 << 10)
+
 struct sink {
     struct sl_buf body;
     bool too_big;
     CURL *curl;
     const struct sl_peer_request *rq;
-    bool streamed; /* the answer is an event stream, handed to rq->stream */
+    const char *streamed; /* the stream type matched: the body goes to rq->stream */
+    struct sl_buf headers; /* a raw relay's answer header lines */
 };
 
-/* Whether this answer goes to the request's stream hook: a 2xx event
- * stream (a refusal is collected as JSON, as any answer). */
-static bool streams(struct sink *k)
+static const char *const event_stream_only[] = {"text/event-stream", NULL};
+
+/* The entry of the request's stream types this answer is, when it goes to
+ * the stream hook: a 2xx of one of them (a refusal is collected, as any
+ * answer). NULL when collected. */
+static const char *streams(struct sink *k)
 {
     if (k->streamed)
-        return true;
+        return k->streamed;
     long status = 0;
     char *type = NULL;
     if (!k->rq->stream || curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status) != CURLE_OK ||
         status < 200 || status > 299 ||
-        curl_easy_getinfo(k->curl, CURLINFO_CONTENT_TYPE, &type) != CURLE_OK || !type ||
-        strncmp(type, "text/event-stream", 17) != 0)
-        return false;
-    return k->streamed = true;
+        curl_easy_getinfo(k->curl, CURLINFO_CONTENT_TYPE, &type) != CURLE_OK || !type)
+        return NULL;
+    const char *const *types = k->rq->stream_types ? k->rq->stream_types : event_stream_only;
+    for (size_t i = 0; types[i]; i++) {
+        size_t n = strlen(types[i]);
+        if (strncasecmp(type, types[i], n) == 0 && (type[n] == '\0' || type[n] == ';'))
+            return k->streamed = types[i];
+    }
+    return NULL;
 }
 
 static size_t on_body(char *data, size_t size, size_t n, void *arg)
 {
     struct sink *k = arg;
     size_t len = size * n;
-    if (streams(k)) {
+    const char *type = streams(k);
+    if (type) {
         long status = 200;
         curl_easy_getinfo(k->curl, CURLINFO_RESPONSE_CODE, &status);
-        return k->rq->stream(k->rq->stream_ctx, (int)status, data, len) ? len : 0;
+        return k->rq->stream(k->rq->stream_ctx, (int)status, type, data, len) ? len : 0;
     }
     if (sl_buf_append(&k->body, data, len) < 0) {
         k->too_big = true;
         return 0; /* curl stops */
     }
     return len;
+}
+
+/* A raw relay's answer header, kept unless it is hop-by-hop (RFC 9110
+ * §7.6.1) or one the relaying server writes itself (the length, the
+ * date). A status line starts a new answer (after a 1xx). */
+static size_t on_header(char *data, size_t size, size_t n, void *arg)
+{
+    struct sink *k = arg;
+    size_t len = size * n;
+    static const char *const dropped[] = {"connection", "keep-alive", "transfer-encoding",
+                                          "content-length", "te", "trailer", "upgrade",
+                                          "proxy-connection", "date", NULL};
+    if (len >= 5 && strncmp(data, "HTTP/", 5) == 0) {
+        k->headers.len = 0;
+        return len;
+    }
+    const char *colon = memchr(data, ':', len);
+    if (!colon || colon == data)
+        return len; /* the blank line that ends them, or not a header */
+    size_t name = (size_t)(colon - data);
+    for (size_t i = 0; dropped[i]; i++)
+        if (strlen(dropped[i]) == name && strncasecmp(data, dropped[i], name) == 0)
+            return len;
+    size_t end = len;
+    while (end > name && (data[end - 1] == '\r' || data[end - 1] == '\n'))
+        end--;
+    if (sl_buf_append(&k->headers, data, end) < 0 || sl_buf_append(&k->headers, "\n", 1) < 0)
+        return 0; /* curl stops: not an answer to relay */
+    return len;
+}
+
+/* Our header list for a raw relay: the client's lines as they came. */
+static struct curl_slist *raw_header_list(const char *lines)
+{
+    struct curl_slist *list = NULL;
+    for (const char *p = lines; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        char *line = strndup(p, n);
+        struct curl_slist *grown = line ? curl_slist_append(list, line) : NULL;
+        free(line);
+        if (!grown) {
+            curl_slist_free_all(list);
+            return NULL;
+        }
+        list = grown;
+        p += n + (p[n] == '\n');
+    }
+    return list;
 }
 
 /* libcurl's progress callback: a stream whose other side is gone stops. */
@@ -92,23 +154,31 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     }
     struct sink k = {.curl = curl, .rq = rq};
     sl_buf_init(&k.body, MAX_ANSWER_BYTES + 1);
+    sl_buf_init(&k.headers, MAX_HEADER_BYTES);
     char worker[200], generation[64];
     char *auth = NULL;
     snprintf(worker, sizeof(worker), "X-Sandbox-Worker-ID: %s", rq->worker_id);
     snprintf(generation, sizeof(generation), "X-Sandbox-Generation: %lld",
              (long long)rq->generation);
     /* The token has no length limit: the header is as long as it needs. */
-    if (asprintf(&auth, "Authorization: %s", rq->auth) < 0) {
+    if (rq->auth && asprintf(&auth, "Authorization: %s", rq->auth) < 0) {
         snprintf(a->why, sizeof(a->why), "out of memory");
         return -1;
     }
-    struct curl_slist *headers = curl_slist_append(NULL, auth);
+    struct curl_slist *headers = rq->headers ? raw_header_list(rq->headers) : NULL;
+    if (rq->headers && !headers) {
+        sl_free_secret(auth);
+        snprintf(a->why, sizeof(a->why), "out of memory");
+        return -1;
+    }
+    if (auth)
+        headers = curl_slist_append(headers, auth);
     sl_free_secret(auth);
     headers = curl_slist_append(headers, worker);
     headers = curl_slist_append(headers, generation);
     /* No "Expect: 100-continue" round trip before a large body. */
     headers = curl_slist_append(headers, "Expect:");
-    if (rq->body)
+    if (rq->body && !rq->headers)
         headers = curl_slist_append(headers, "Content-Type: application/json");
     char last[128];
     if (rq->last_event_id) {
@@ -135,8 +205,14 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
     }
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &k);
-    if (rq->body) {
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, rq->body);
+    if (rq->headers) {
+        curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(curl, CURLOPT_HEADERDATA, &k);
+    }
+    if (rq->body || (rq->headers && strcmp(rq->method, "GET") != 0 &&
+                     strcmp(rq->method, "HEAD") != 0)) {
+        /* A relayed POST without a body still says Content-Length: 0. */
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
         curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)rq->body_len);
     } else if (strcmp(rq->method, "GET") == 0) {
         curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
@@ -163,11 +239,16 @@ int sl_peer_call(const struct sl_peer_request *rq, struct sl_peer_answer *a)
         a->body = k.body.data;
         a->len = k.body.len - 1;
         k.body.data = NULL;
+        if (rq->headers && sl_buf_append(&k.headers, "", 1) == 0) {
+            a->headers = k.headers.data;
+            k.headers.data = NULL;
+        }
         result = 0;
     } else {
         snprintf(a->why, sizeof(a->why), "out of memory");
     }
     sl_buf_free(&k.body);
+    sl_buf_free(&k.headers);
     curl_slist_free_all(headers);
     return result;
 }

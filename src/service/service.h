@@ -91,6 +91,14 @@ void sl_svc_route_touch(struct sl_service *svc, const char *sandbox_id, int64_t 
  * forgets the sandbox, so the next request decides from the route and the
  * registry again. */
 void sl_svc_owner_forget(struct sl_service *svc, const char *sandbox_id);
+/* The owner decision for a request that names a sandbox but no generation
+ * (E2B's): -1 with SL_E_OWNED_ELSEWHERE and the owner in err->owner when a
+ * live peer holds it, awake or paused (the API sends the request there);
+ * 0 when it is to be served here: live here (decided with no I/O), or
+ * nothing a peer could answer better (no such sandbox, released, its
+ * worker gone, or the store could not say), which the handler's own fence
+ * then answers. */
+int sl_svc_sandbox_owner(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
 /* Lifecycle (API.md §3.5–§3.8, §3.14). actor: who the route history
  * records as creating or releasing a generation; NULL for the reference's
