@@ -58,6 +58,8 @@ run_tier() {
 # one variable set for every daemon it starts, own junit file and counts.
 #   security@basic: SANDLOOM_TEST_LEVEL=basic, the `basic` isolation level
 #     (no PID namespace, no /proc inside: RUNTIME.md §3)
+#   security@warm, e2e@warm-network, e2e@warm-e2b: SANDLOOM_TEST_WARM_POOL=2,
+#     every daemon with a warm pool of 2 (service/warm.c)
 #   e2e@image, security@image: SANDLOOM_TEST_IMAGE=<bytes>, the sandboxes
 #     and templates of every default-layout daemon on a workspace image
 #     (workspace/image.h: btrfs subvolumes on a loop device)
@@ -98,6 +100,12 @@ image_bytes=$((1 << 30))
 run_tier "$build" "release"
 run_variant "$build" release security@basic tests/security SANDLOOM_TEST_LEVEL=basic
 run_variant "$build" release e2e@image tests/e2e SANDLOOM_TEST_IMAGE=$image_bytes
+# The isolation suite, the private network's and E2B's once more on sandboxes
+# a warm pool prepared before their create (service/warm.c).
+run_variant "$build" release security@warm tests/security SANDLOOM_TEST_WARM_POOL=2
+run_variant "$build" release e2e@warm-network tests/e2e/test_network_private.py \
+    SANDLOOM_TEST_WARM_POOL=2
+run_variant "$build" release e2e@warm-e2b tests/e2e/test_e2b_sdk.py SANDLOOM_TEST_WARM_POOL=2
 run_variant "$build" release security@image tests/security SANDLOOM_TEST_IMAGE=$image_bytes
 # The tests marked sqlite_file work on the SQLite file itself; tests/db
 # covers what they cover on the servers.
