@@ -4,22 +4,32 @@
 //   2. commands.run('true') round trips on one sandbox beside the native
 //      exec route (POST /api/v1/sandboxes/{id}/exec, the same daemon, the
 //      same client process, keep-alive fetch), alternating.
+// Each create comes after a pause of gapMs (untimed): sandboxes are created
+// one at a time, as an agent would, not back to back. rounds 0: the create
+// figures only.
 // Prints one JSON object of milliseconds; asserts nothing.
 import { Sandbox } from 'e2b'
 
-const [n, rounds] = process.argv.slice(2).map(Number)
+const [n, rounds, gapMs] = process.argv.slice(2).map(Number)
+const pause = (t) => new Promise((resolve) => setTimeout(resolve, t))
 const api = process.env.E2B_API_URL
 const token = process.env.BENCH_TOKEN
 const ms = () => Number(process.hrtime.bigint()) / 1e6
 
 const createToFirst = []
 for (let i = 0; i < n; i++) {
+  await pause(gapMs)
   const t0 = ms()
   const sbx = await Sandbox.create()
   const r = await sbx.commands.run('true')
   createToFirst.push(ms() - t0)
   if (r.exitCode !== 0) throw new Error('true failed')
   await sbx.kill()
+}
+
+if (rounds === 0) {
+  console.log(JSON.stringify({ createToFirst }))
+  process.exit(0)
 }
 
 // Round trips: one E2B sandbox, one native sandbox, warmed once each.

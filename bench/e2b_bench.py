@@ -7,7 +7,9 @@ of tests/e2e/e2b_sdk (npm ci into a temporary directory):
   1. Sandbox.create() to the first commands.run("true") result, measured
      in the SDK's own process, p50/p95 over N sandboxes (the figure public
      sandbox leaderboards compare: Daytona 0.11 s, E2B 0.44 s median), in
-     the default private network mode;
+     the default private network mode, each create after a pause (--gap-ms,
+     untimed): with a warm pool (SANDBOX_WARM_POOL_SIZE=4, service/warm.c)
+     beside the baseline of a daemon without one, in the same run;
   2. commands.run("true") round trip on one sandbox beside the native exec
      route (a synchronous POST /api/v1/sandboxes/{id}/exec) of the same
      argv the SDK sends (/bin/bash -l -c true), from the same Node.js
@@ -27,6 +29,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_daemon import TOKEN, Daemon  # noqa: E402
@@ -44,6 +48,7 @@ def main():
     ap.add_argument("build", nargs="?", default="build")
     ap.add_argument("--sandboxes", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--gap-ms", type=int, default=100)
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="e2b-bench-")
     os.chmod(work, 0o755)
@@ -58,22 +63,40 @@ def main():
                             "--loglevel=error"], cwd=sdk, capture_output=True, text=True)
         if r.returncode:
             sys.exit(f"bench: npm ci failed: {r.stderr[-2000:]}")
-        d = Daemon(os.path.abspath(a.build), os.path.join(work, "state"), uid=720000,
-                   uids=4000)
-        url = f"http://127.0.0.1:{d.port}"
-        env = dict(os.environ, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=TOKEN,
-                   BENCH_TOKEN=TOKEN)
-        r = subprocess.run(["node", "e2b_bench.mjs", str(a.sandboxes), str(a.rounds)], cwd=sdk,
-                           env=env, capture_output=True, text=True)
-        if r.returncode:
-            sys.exit(f"bench: the SDK run failed: {r.stderr[-3000:]}")
-        out = json.loads(r.stdout.strip().splitlines()[-1])
+
+        def sdk_run(daemon, rounds):
+            url = f"http://127.0.0.1:{daemon.port}"
+            env = dict(os.environ, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=TOKEN,
+                       BENCH_TOKEN=TOKEN)
+            r = subprocess.run(["node", "e2b_bench.mjs", str(a.sandboxes), str(rounds),
+                                str(a.gap_ms)], cwd=sdk, env=env, capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"bench: the SDK run failed: {r.stderr[-3000:]}")
+            return json.loads(r.stdout.strip().splitlines()[-1])
+
+        def show(label, c):
+            print(f"  {label}: p50 {statistics.median(c):.1f} ms, p95 {pct(c, 95):.1f} ms, "
+                  f"min {min(c):.1f} ms, max {max(c):.1f} ms")
+
+        # The baseline: no pool, every first command builds its sandbox.
+        d = Daemon(os.path.abspath(a.build), os.path.join(work, "cold"), uid=720000, uids=4000)
+        caps = json.loads(urllib.request.urlopen(
+            f"http://127.0.0.1:{d.port}/healthz").read())["worker"]["capabilities"]
+        favor = caps["resource_control"].get("favordynmods")
+        cold = sdk_run(d, 0)["createToFirst"]
+        d.stop()
+        d = Daemon(os.path.abspath(a.build), os.path.join(work, "warm"), uid=724000, uids=4000,
+                   SANDBOX_WARM_POOL_SIZE="4")
+        time.sleep(2)  # the pool's first four
+        out = sdk_run(d, a.rounds)
         c = out["createToFirst"]
-        print(f"E2B SDK Sandbox.create() -> first commands.run('true'), {len(c)} sandboxes "
-              f"(private network mode):")
-        print(f"  p50 {statistics.median(c):.1f} ms, p95 {pct(c, 95):.1f} ms, "
-              f"min {min(c):.1f} ms, max {max(c):.1f} ms   (goal p50 <= 20 ms; "
-              f"public medians: Daytona 110 ms, E2B 440 ms)")
+        print(f"E2B SDK Sandbox.create() -> first commands.run('true'), {len(c)} sandboxes each, "
+              f"one every {a.gap_ms} ms + its own time (private network mode; cgroup "
+              f"favordynmods {'on' if favor else 'off'}):")
+        show("warm pool of 4", c)
+        show("no pool (baseline)", cold)
+        print(f"  ratio {statistics.median(cold) / statistics.median(c):.1f}x; goal p50 <= 20 ms; "
+              f"public medians: Daytona 110 ms, E2B 440 ms")
         e, n, b = out["e2b"], out["native"], out["bare"]
         me, mn, mb = statistics.median(e), statistics.median(n), statistics.median(b)
         print(f"commands.run('true') round trip, {len(e)} alternating with the native exec route "
