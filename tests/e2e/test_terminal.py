@@ -176,7 +176,17 @@ def test_a_client_reattaches_to_the_same_shell_and_sees_its_screen(daemon, ready
     async def first():
         t = await Term.open(daemon, sb)
         await t.type("export MARK=kept-$((3*4)); echo marker-one\n")
-        await t.until(r"marker-one\r?\n")
+        # Leave only once the shell has run the line and waits at its next
+        # prompt: the command's output (at a line's start; the terminal's
+        # echo of the input, "...; echo marker-one", comes before bash has
+        # even read it), then the prompt. Each time bash's readline readies
+        # the terminal for a line it reads the window size and writes it
+        # back (TIOCGWINSZ, TIOCSWINSZ in rl_prep_terminal): a re-attach
+        # whose resize fell between the two was undone, and `stty size`
+        # said 24 80 (a CI failure). Readline prints the prompt after
+        # that, and then only reads: the re-attach below meets an idle
+        # shell, as a person's would.
+        await t.until(r"(?s)[\r\n]marker-one\r?\n.*workspace# ")
         await t.close()
         return t.ready["exec_id"]
 
@@ -185,8 +195,9 @@ def test_a_client_reattaches_to_the_same_shell_and_sees_its_screen(daemon, ready
     async def again():
         t = await Term.open(daemon, sb, exec_id=exec_id, cols=90, rows=20)
         assert t.ready["exec_id"] == exec_id
-        # The replay: what it showed before the client left.
-        await t.until(r"marker-one")
+        # The replay: what it showed before the client left (the command's
+        # output, not only the echo of its input).
+        await t.until(r"[\r\n]marker-one\r?\n")
         start = len(t.screen)
         await t.type("echo $MARK; stty size\n")
         await t.until(r"kept-12", start=start)
