@@ -227,6 +227,10 @@ int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
  * makes one, as for any sandbox). */
 bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
                          const char *new_root);
+/* Whether uid's session was adopted and has not had its sandbox's egress
+ * rules written yet (its first command's session lookup writes them, as a
+ * new session's start would). */
+bool sl_rt_session_egress_pending(struct sl_runtime *rt, uid_t uid);
 /* Whether uid has a live session rooted at root. */
 bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root);
 

@@ -645,6 +645,18 @@ bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
     return adopted;
 }
 
+bool sl_rt_session_egress_pending(struct sl_runtime *rt, uid_t uid)
+{
+    bool pending = false;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions && !pending; i++) {
+        struct rt_session *s = rt->sessions[i];
+        pending = s->uid == uid && !s->dead && s->egress_pending;
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return pending;
+}
+
 bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root)
 {
     bool ready = false;

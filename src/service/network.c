@@ -171,6 +171,11 @@ int svc_egress_for_exec(struct sl_service *svc, const char *sandbox_id, struct s
 static int apply(struct sl_service *svc, const char *sandbox_id, uid_t uid,
                  const struct svc_egress *e, struct sl_error *err)
 {
+    /* A session prepared ahead (service/warm.c) whose sandbox has run
+     * nothing yet: its first command writes the rules the store says then,
+     * as a new session's start would, and fails the same way. */
+    if (sl_rt_session_egress_pending(svc->runtime, uid))
+        return 0;
     struct sl_rt_egress rules;
     svc_egress_rt(svc, e, &rules);
     if (sl_privnet_set_policy(svc->privnet, uid, rules.policy, rules.bound, err) == 0)
