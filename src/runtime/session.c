@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -612,6 +613,18 @@ int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
     if (!s)
         return -1;
     s->caps = none;
+    /* Its first command's cgroup too (a command that ends by itself leaves
+     * its own to the next, exec_cgroup): making one is a mkdir in each
+     * hierarchy and its limits, a few milliseconds. */
+    if (rt->cgroups && sl_cgroups_exec_supported(rt->cgroups)) {
+        uint64_t seq = atomic_fetch_add(&rt->exec_seq, 1) + 1;
+        struct sl_error ignored = {0};
+        int fd = sl_cgroup_exec_create(rt->cgroups, uid, seq, &ignored);
+        if (fd >= 0) {
+            close(fd);
+            s->spare_cg_seq = seq;
+        }
+    }
     s->prepared = true;
     s->last_used_us = sl_mono_us();
     pthread_mutex_lock(&rt->sessions_lock);
@@ -634,6 +647,11 @@ bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
         if (s->uid == uid && !s->dead && strcmp(s->root, old_root) == 0 && session_alive(s)) {
             /* Its mounts are the directory's, which moved with its name. */
             snprintf(s->root, sizeof(s->root), "%s", new_root);
+            /* Made at a low priority (service/warm.c): its commands, which
+             * inherit init's, run at the normal one. */
+            if (setpriority(PRIO_PROCESS, (id_t)s->pid, 0) < 0)
+                sl_warn("sandbox uid %u: its session keeps a low priority: %s", (unsigned)uid,
+                        strerror(errno));
             s->prepared = false;
             s->egress_pending = true;
             s->last_used_us = sl_mono_us();

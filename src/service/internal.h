@@ -152,6 +152,7 @@ struct sl_service {
         pthread_t thread;
         bool started, stop;
         int64_t taken_total, made_total, failures_total;
+        int64_t last_take_us; /* monotonic */
     } warm;
     bool loop_started;
     pthread_mutex_t loop_lock;

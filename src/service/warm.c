@@ -28,7 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/util.h"
@@ -38,6 +41,10 @@
 #define WARM_STATUS "WARM"
 /* After a failed preparation the thread waits this long before the next. */
 #define RETRY_US (5 * 1000000LL)
+/* How long after a take a refill waits: about a first command's time. */
+#define REFILL_DELAY_US (50 * 1000LL)
+/* The refill's nice value (sl_rt_session_adopt gives 0 back). */
+#define WARM_NICE 19
 
 static void root_of(const struct sl_service *svc, const char *name, char *out, size_t size)
 {
@@ -161,12 +168,25 @@ static void *warm_loop(void *arg)
 {
     struct sl_service *svc = arg;
     struct svc_warm *w = &svc->warm;
+    /* Behind every command: the scheduler serves this thread, and the
+     * sandloom-init processes it starts, last (a taken session is given
+     * back the normal priority, runtime/session.c). */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WARM_NICE) < 0)
+        sl_warn("warm pool: cannot lower the refill's priority: %s", strerror(errno));
     adopt_leftovers(svc);
     size_t target = (size_t)svc->cfg->warm_pool_size;
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
         if (w->n >= target) {
             wait_us(w, 1000000);
+            continue;
+        }
+        /* A refill is a session build, tens of milliseconds of both cores.
+         * Right after a take it would compete with that sandbox's first
+         * command (the reason for the pool), so it waits a moment. */
+        int64_t quiet_at = w->last_take_us + REFILL_DELAY_US;
+        if (sl_mono_us() < quiet_at) {
+            wait_us(w, quiet_at - sl_mono_us());
             continue;
         }
         pthread_mutex_unlock(&w->lock);
@@ -249,8 +269,10 @@ int svc_warm_insert(struct sl_service *svc, struct sl_route *r, struct sl_error 
         }
     }
     pthread_mutex_lock(&w->lock);
-    if (rc == 1)
+    if (rc == 1) {
         w->taken_total++;
+        w->last_take_us = sl_mono_us();
+    }
     else if (rc != -2)
         push(w, e.id, e.uid); /* unchanged in the store: still ready */
     pthread_cond_broadcast(&w->cond);

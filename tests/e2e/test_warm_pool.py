@@ -93,6 +93,9 @@ def test_a_create_takes_a_prepared_sandbox_and_the_pool_refills(daemon_factory):
     assert sb.read_bytes("/workspace/from-sb.txt") == b"sandbox\n"
     # The first command ran in the prepared session: the same init.
     assert init_pids(sb.uid) == inits, (init_pids(sb.uid), inits)
+    # Prepared at the lowest priority, the sandbox runs at the normal one.
+    r = sb.exec(["sh", "-c", "cut -d' ' -f19 /proc/self/stat /proc/1/stat"])
+    assert r.body["stdout"].split() == ["0", "0"], r.body
     st = os.stat(os.path.join(d.sandbox_root, sb.id, "workspace"))
     assert st.st_uid == sb.uid
     assert not os.path.exists(os.path.join(d.sandbox_root, warm[sb.uid]))
