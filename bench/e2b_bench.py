@@ -9,7 +9,10 @@ of tests/e2e/e2b_sdk (npm ci into a temporary directory):
      sandbox leaderboards compare: Daytona 0.11 s, E2B 0.44 s median), in
      the default private network mode, each create after a pause (--gap-ms,
      untimed): with a warm pool (SANDBOX_WARM_POOL_SIZE=4, service/warm.c)
-     beside the baseline of a daemon without one, in the same run;
+     beside the baseline of a daemon without one, in the same run; and,
+     alternating with the SDK's, the same through the native routes
+     (resolve, connect, exec of the argv the SDK sends): the service's own
+     part;
   2. commands.run("true") round trip on one sandbox beside the native exec
      route (a synchronous POST /api/v1/sandboxes/{id}/exec) of the same
      argv the SDK sends (/bin/bash -l -c true), from the same Node.js
@@ -89,7 +92,7 @@ def main():
                    SANDBOX_WARM_POOL_SIZE="4")
         time.sleep(2)  # the pool's first four
         out = sdk_run(d, a.rounds)
-        c = out["createToFirst"]
+        c, nat_first = out["createToFirst"], out["nativeCreateToFirst"]
         print(f"E2B SDK Sandbox.create() -> first commands.run('true'), {len(c)} sandboxes each, "
               f"one every {a.gap_ms} ms + its own time (private network mode; cgroup "
               f"favordynmods {'on' if favor else 'off'}):")
@@ -97,6 +100,8 @@ def main():
         show("no pool (baseline)", cold)
         print(f"  ratio {statistics.median(cold) / statistics.median(c):.1f}x; goal p50 <= 20 ms; "
               f"public medians: Daytona 110 ms, E2B 440 ms")
+        show("the same through the native routes (resolve, connect, exec of "
+             "/bin/bash -l -c true), warm pool of 4, alternating", nat_first)
         e, n, b = out["e2b"], out["native"], out["bare"]
         me, mn, mb = statistics.median(e), statistics.median(n), statistics.median(b)
         print(f"commands.run('true') round trip, {len(e)} alternating with the native exec route "
