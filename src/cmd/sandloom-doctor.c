@@ -60,6 +60,7 @@ int main(int argc, char **argv)
         if (launch_find_init(init_path, sizeof(init_path)) < 0)
             init_path[0] = '\0'; /* sl_rt_open then reports it missing */
         struct sl_rt_options rto = launch_runtime_options(&cfg, init_path, dir);
+        rto.favor_dynmods = false; /* a diagnosis changes nothing on the host */
         struct sl_runtime *rt = NULL;
         if (sl_rt_open(&rto, &rt, &err) < 0) {
             json_array_append_new(errors, json_string(err.message));

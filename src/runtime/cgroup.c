@@ -819,45 +819,81 @@ void sl_cgroup_remove(struct sl_cgroups *cg, uid_t uid)
 
 /* ---- favordynmods -------------------------------------------------------- */
 
-/* cgroup2's superblock flags (kernel/cgroup/cgroup.c, cgroup2_fs_parameters):
- * a reconfigure applies exactly the flags it is given, so the ones the
- * mount has are given again. */
-static const char *const cgroup2_flags[] = {
-    "nsdelegate", "favordynmods", "memory_localevents", "memory_recursiveprot",
-    "memory_hugetlb_accounting", "pids_localevents", NULL};
+/* The per-mount flags /proc/self/mounts lists beside a superblock's own
+ * options: a superblock reconfigure takes only the latter. */
+static const char *const vfs_flags[] = {"rw",      "ro",         "nosuid",      "nodev",
+                                        "noexec",  "relatime",   "noatime",     "nodiratime",
+                                        "strictatime", "lazytime", "sync",      "dirsync",
+                                        "mand",    "nosymfollow", NULL};
+
+static bool listed(const char *const *names, const char *name, size_t len)
+{
+    for (size_t i = 0; names[i]; i++)
+        if (strlen(names[i]) == len && strncmp(names[i], name, len) == 0)
+            return true;
+    return false;
+}
 
 static bool option_listed(const char *options, const char *name)
 {
-    size_t n = strlen(name);
-    for (const char *p = options; p && *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0)
+    const char *one[] = {name, NULL};
+    for (const char *q = options; *q;) {
+        size_t len = strcspn(q, ",");
+        if (listed(one, q, len))
             return true;
-        p = end ? end + 1 : NULL;
+        q += len + (q[len] == ',');
     }
     return false;
+}
+
+/* The first cgroup2 mount: its directory and options. false when none. */
+static bool cgroup2_mount(char *dir, size_t dir_size, char *options, size_t options_size)
+{
+    _cleanup_fclose_ FILE *f = fopen("/proc/self/mounts", "re");
+    char line[4096];
+    while (f && fgets(line, sizeof(line), f)) {
+        char src[256], mnt[PATH_MAX], type[64], opts[1024];
+        if (sscanf(line, "%255s %4095s %63s %1023s", src, mnt, type, opts) == 4 &&
+            strcmp(type, "cgroup2") == 0) {
+            snprintf(dir, dir_size, "%s", mnt);
+            snprintf(options, options_size, "%s", opts);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Every superblock option the mount shows given again, favordynmods
+ * added: a reconfigure applies exactly the options it is given, so one
+ * left out would be cleared host-wide. 0, or -1 with errno. */
+static int reconfigure_with_favordynmods(int fd, const char *options)
+{
+    char opt[256];
+    for (const char *q = options; *q;) {
+        const char *tok = q;
+        size_t len = strcspn(q, ",");
+        q += len + (q[len] == ',');
+        if (len == 0 || len >= sizeof(opt) || listed(vfs_flags, tok, len))
+            continue;
+        memcpy(opt, tok, len);
+        opt[len] = '\0';
+        char *value = strchr(opt, '=');
+        if (value)
+            *value++ = '\0';
+        if (syscall(SYS_fsconfig, fd, value ? FSCONFIG_SET_STRING : FSCONFIG_SET_FLAG, opt,
+                    value, 0) < 0)
+            return -1;
+    }
+    if (syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, "favordynmods", NULL, 0) < 0)
+        return -1;
+    return (int)syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
 }
 
 int sl_cgroup_favor_dynmods(char *why, size_t size)
 {
     why[0] = '\0';
-    _cleanup_fclose_ FILE *f = fopen("/proc/self/mounts", "re");
-    if (!f) {
-        snprintf(why, size, "cannot read /proc/self/mounts: %s", strerror(errno));
-        return 0;
-    }
-    char line[4096], dir[PATH_MAX] = "", options[1024] = "";
-    while (fgets(line, sizeof(line), f)) {
-        char src[256], mnt[PATH_MAX], type[64], opts[1024];
-        if (sscanf(line, "%255s %4095s %63s %1023s", src, mnt, type, opts) == 4 &&
-            strcmp(type, "cgroup2") == 0) {
-            snprintf(dir, sizeof(dir), "%s", mnt);
-            snprintf(options, sizeof(options), "%s", opts);
-            break;
-        }
-    }
-    if (!dir[0]) {
+    char dir[PATH_MAX], options[1024];
+    if (!cgroup2_mount(dir, sizeof(dir), options, sizeof(options))) {
         snprintf(why, size, "the host has no cgroup2 mount to give favordynmods");
         return 0;
     }
@@ -866,15 +902,16 @@ int sl_cgroup_favor_dynmods(char *why, size_t size)
     /* The superblock alone (fspick + reconfigure): the mount's own flags
      * (nosuid, nodev, ...) are not touched, as a remount would. */
     _cleanup_close_ int fd = (int)syscall(SYS_fspick, AT_FDCWD, dir, FSPICK_CLOEXEC);
-    int rc = fd < 0 ? -1 : 0;
-    for (size_t i = 0; rc == 0 && cgroup2_flags[i]; i++)
-        if (strcmp(cgroup2_flags[i], "favordynmods") == 0 ||
-            option_listed(options, cgroup2_flags[i]))
-            rc = (int)syscall(SYS_fsconfig, fd, FSCONFIG_SET_FLAG, cgroup2_flags[i], NULL, 0);
-    if (rc == 0)
-        rc = (int)syscall(SYS_fsconfig, fd, FSCONFIG_CMD_RECONFIGURE, NULL, NULL, 0);
-    if (rc < 0) {
+    if (fd < 0 || reconfigure_with_favordynmods(fd, options) < 0) {
         snprintf(why, size, "cannot give %s favordynmods: %s", dir, strerror(errno));
+        return 0;
+    }
+    /* Outside the host's cgroup namespace the kernel takes the reconfigure
+     * and changes nothing: only the mount's options say. */
+    if (!cgroup2_mount(dir, sizeof(dir), options, sizeof(options)) ||
+        !option_listed(options, "favordynmods")) {
+        snprintf(why, size, "%s took favordynmods without effect (not the host's cgroup "
+                 "namespace?)", dir);
         return 0;
     }
     return 1;

@@ -231,8 +231,8 @@ bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
  * rules written yet (its first command's session lookup writes them, as a
  * new session's start would). */
 bool sl_rt_session_egress_pending(struct sl_runtime *rt, uid_t uid);
-/* Whether uid has a live session rooted at root. */
-bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root);
+/* The prepared (not adopted) session of uid at root stopped, if any. */
+void sl_rt_session_drop(struct sl_runtime *rt, uid_t uid, const char *root);
 
 /* A connected TCP socket (non-blocking, close-on-exec, the caller's) to
  * `port` on the loopback of the sandbox of uid, as the sandbox sees it:

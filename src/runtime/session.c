@@ -181,7 +181,17 @@ static bool session_set_egress(struct sl_runtime *rt, struct rt_session *s,
                                const struct sl_rt_egress *egress)
 {
     s->egress_pending = false;
-    if (!rt->privnet || s->net_slot < 0 || !egress || (!egress->policy && !egress->bound))
+    if (!rt->privnet || s->net_slot < 0)
+        return true;
+    /* Prepared long ago, its link may have been cut meanwhile (the
+     * worker's table lost, say): a new session makes one. */
+    struct sl_privnet_status st;
+    if (!sl_privnet_status(rt->privnet, s->uid, &st) || !st.attached) {
+        sl_warn("sandbox uid %u: its prepared session has no network: a new one is made",
+                (unsigned)s->uid);
+        return false;
+    }
+    if (!egress || (!egress->policy && !egress->bound))
         return true;
     struct sl_error err = {0};
     if (sl_privnet_set_policy(rt->privnet, s->uid, egress->policy, egress->bound, &err) == 0)
@@ -564,6 +574,23 @@ static bool pick_all(struct rt_session *s, void *arg)
 
 void rt_session_stop_uid(struct sl_runtime *rt, uid_t uid) { stop_matching(rt, pick_uid, &uid); }
 
+struct prepared_arg {
+    uid_t uid;
+    const char *root;
+};
+
+static bool pick_prepared(struct rt_session *s, void *arg)
+{
+    const struct prepared_arg *a = arg;
+    return s->prepared && s->uid == a->uid && strcmp(s->root, a->root) == 0;
+}
+
+void sl_rt_session_drop(struct sl_runtime *rt, uid_t uid, const char *root)
+{
+    struct prepared_arg a = {.uid = uid, .root = root};
+    stop_matching(rt, pick_prepared, &a);
+}
+
 void rt_sessions_stop_all(struct sl_runtime *rt) { stop_matching(rt, pick_all, NULL); }
 
 /* Anything besides init in the session? Its direct children tell: every
@@ -673,18 +700,6 @@ bool sl_rt_session_egress_pending(struct sl_runtime *rt, uid_t uid)
     }
     pthread_mutex_unlock(&rt->sessions_lock);
     return pending;
-}
-
-bool sl_rt_session_ready(struct sl_runtime *rt, uid_t uid, const char *root)
-{
-    bool ready = false;
-    pthread_mutex_lock(&rt->sessions_lock);
-    for (size_t i = 0; i < rt->n_sessions && !ready; i++) {
-        struct rt_session *s = rt->sessions[i];
-        ready = s->uid == uid && !s->dead && strcmp(s->root, root) == 0 && session_alive(s);
-    }
-    pthread_mutex_unlock(&rt->sessions_lock);
-    return ready;
 }
 
 int sl_rt_sessions(struct sl_runtime *rt)

@@ -144,11 +144,16 @@ struct sl_service {
     struct svc_warm {
         pthread_mutex_t lock;
         pthread_cond_t cond; /* a take, or stopping */
-        struct svc_warm_entry {
-            char id[32]; /* WS_WARM_PREFIX + hex: its route's id and directory */
-            uid_t uid;
-        } *ready;
-        size_t n, cap;
+        /* ready: prepared, to be taken; unready: WARM rows whose directory
+         * and session are not made (an earlier run's, or a preparation
+         * that failed), prepared before any new uid is drawn. */
+        struct svc_warm_list {
+            struct svc_warm_entry {
+                char id[32]; /* WS_WARM_PREFIX + hex: its route's id and directory */
+                uid_t uid;
+            } *v;
+            size_t n, cap;
+        } ready, unready;
         pthread_t thread;
         bool started, stop;
         int64_t taken_total, made_total, failures_total;

@@ -63,67 +63,105 @@ static int prepare(struct sl_service *svc, const char *id, uid_t uid, struct sl_
     return sl_rt_session_prepare(svc->runtime, root, uid, err);
 }
 
-static void push(struct svc_warm *w, const char *id, uid_t uid)
+/* A prepared session no list holds any more: stopped, so it does not run
+ * unseen for the rest of the run (its row, if still WARM, is taken up by
+ * the next run). */
+static void drop(struct sl_service *svc, const struct svc_warm_entry *e)
 {
-    if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 8;
-        struct svc_warm_entry *v = realloc(w->ready, cap * sizeof(*v));
-        if (!v)
-            return; /* the row stays WARM: the next run adopts it */
-        w->ready = v;
-        w->cap = cap;
-    }
-    snprintf(w->ready[w->n].id, sizeof(w->ready[w->n].id), "%s", id);
-    w->ready[w->n].uid = uid;
-    w->n++;
+    char root[4096];
+    root_of(svc, e->id, root, sizeof(root));
+    sl_rt_session_drop(svc->runtime, e->uid, root);
 }
 
-/* One new entry: a WARM route with a free uid, then its directory and
- * session. A row whose preparation failed stays WARM and is tried again
- * by the next run's adoption. */
+/* false when out of memory: the row stays WARM, and the next run of the
+ * worker takes it up. */
+static bool push(struct svc_warm_list *l, const struct svc_warm_entry *e)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        struct svc_warm_entry *v = realloc(l->v, cap * sizeof(*v));
+        if (!v)
+            return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = *e;
+    return true;
+}
+
+static bool pop(struct svc_warm_list *l, struct svc_warm_entry *out)
+{
+    if (l->n == 0)
+        return false;
+    *out = l->v[--l->n];
+    return true;
+}
+
+/* One more ready entry: an unready WARM row prepared, or else a new WARM
+ * route with a free uid, then its directory and session. A row whose
+ * preparation fails goes (back) to the unready list: a failing
+ * preparation never draws uid after uid. */
 static int make_one(struct sl_service *svc, struct sl_error *err)
 {
-    char hex[17], id[sizeof(((struct svc_warm_entry *)0)->id)];
-    if (sl_random_hex(hex, 8) < 0)
-        return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
-    snprintf(id, sizeof(id), WS_WARM_PREFIX "%s", hex);
-    int64_t now = sl_now_us();
-    struct sl_route r = {
-        .sandbox_id = id,
-        .workspace_scope_id = (char *)"",
-        .worker_id = svc->worker_id,
-        .worker_epoch = svc->worker_epoch,
-        .generation = 0,
-        .profile_id = svc->cfg->profile_id,
-        .profile_hash = svc->profile_hash,
-        .last_active_at = now,
-        .generation_created_by = (char *)"warm-pool",
-        .last_lifetime_ms = -1,
-        .created_at = now,
-        .updated_at = now,
-    };
-    snprintf(r.status, sizeof(r.status), WARM_STATUS);
-    snprintf(r.storage_mode, sizeof(r.storage_mode), "local");
-    int rc = svc_route_insert_new(svc, &r, err);
-    if (rc < 0)
-        return -1;
-    if (rc == 0)
-        return sl_error_set(err, SL_E_INTERNAL, EEXIST, "warm id %s drawn twice", id);
-    if (prepare(svc, id, (uid_t)r.sandbox_uid, err) < 0)
-        return -1;
-    pthread_mutex_lock(&svc->warm.lock);
-    push(&svc->warm, id, (uid_t)r.sandbox_uid);
-    svc->warm.made_total++;
-    pthread_mutex_unlock(&svc->warm.lock);
-    return 0;
+    struct svc_warm *w = &svc->warm;
+    struct svc_warm_entry e;
+    pthread_mutex_lock(&w->lock);
+    bool old = pop(&w->unready, &e);
+    pthread_mutex_unlock(&w->lock);
+    if (!old) {
+        struct sl_disk_status disk;
+        svc_disk_status(svc, &disk);
+        if (!disk.available)
+            return sl_error_set(err, SL_E_DISK_PRESSURE, 0,
+                                "SANDBOX_WORKER_DISK_PRESSURE: no sandbox is prepared");
+        char hex[17];
+        if (sl_random_hex(hex, 8) < 0)
+            return sl_error_errno(err, SL_E_INTERNAL, "no randomness");
+        snprintf(e.id, sizeof(e.id), WS_WARM_PREFIX "%s", hex);
+        int64_t now = sl_now_us();
+        struct sl_route r = {
+            .sandbox_id = e.id,
+            .workspace_scope_id = (char *)"",
+            .worker_id = svc->worker_id,
+            .worker_epoch = svc->worker_epoch,
+            .generation = 0,
+            .profile_id = svc->cfg->profile_id,
+            .profile_hash = svc->profile_hash,
+            .last_active_at = now,
+            .generation_created_by = (char *)"warm-pool",
+            .last_lifetime_ms = -1,
+            .created_at = now,
+            .updated_at = now,
+        };
+        snprintf(r.status, sizeof(r.status), WARM_STATUS);
+        snprintf(r.storage_mode, sizeof(r.storage_mode), "local");
+        int rc = svc_route_insert_new(svc, &r, err);
+        if (rc < 0)
+            return -1;
+        if (rc == 0)
+            return sl_error_set(err, SL_E_INTERNAL, EEXIST, "warm id %s drawn twice", e.id);
+        e.uid = (uid_t)r.sandbox_uid;
+    }
+    int rc = prepare(svc, e.id, e.uid, err);
+    pthread_mutex_lock(&w->lock);
+    bool kept = push(rc == 0 ? &w->ready : &w->unready, &e);
+    if (rc == 0 && kept)
+        w->made_total++;
+    pthread_mutex_unlock(&w->lock);
+    if (rc == 0 && !kept) {
+        drop(svc, &e);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    return rc;
 }
 
-/* This worker's WARM rows of an earlier run: prepared again. */
+/* This worker's WARM rows of an earlier run: unready, prepared as the
+ * pool needs them (their processes ended with that run). */
 static void adopt_leftovers(struct sl_service *svc)
 {
     struct sl_route_filter f = {.status = WARM_STATUS, .worker_id = svc->worker_id, .limit = 1000};
     struct sl_route *v = NULL;
-    size_t n = 0;
+    size_t n = 0, taken = 0;
     int64_t total = 0;
     struct sl_error err = {0};
     if (svc->store->ops->route_list(svc->store, &f, &v, &n, &total, &err) < 0) {
@@ -131,22 +169,18 @@ static void adopt_leftovers(struct sl_service *svc)
                 sl_error_text(&err));
         return;
     }
+    pthread_mutex_lock(&svc->warm.lock);
     for (size_t i = 0; i < n; i++) {
-        const char *id = v[i].sandbox_id;
-        if (strncmp(id, WS_WARM_PREFIX, strlen(WS_WARM_PREFIX)) != 0 ||
-            strlen(id) >= sizeof(((struct svc_warm_entry *)0)->id))
+        struct svc_warm_entry e = {.uid = (uid_t)v[i].sandbox_uid};
+        if (strncmp(v[i].sandbox_id, WS_WARM_PREFIX, strlen(WS_WARM_PREFIX)) != 0 ||
+            strlen(v[i].sandbox_id) >= sizeof(e.id))
             continue;
-        struct sl_error e = {0};
-        if (prepare(svc, id, (uid_t)v[i].sandbox_uid, &e) < 0) {
-            sl_warn("warm pool: cannot prepare %s again: %s", id, sl_error_text(&e));
-            continue;
-        }
-        pthread_mutex_lock(&svc->warm.lock);
-        push(&svc->warm, id, (uid_t)v[i].sandbox_uid);
-        pthread_mutex_unlock(&svc->warm.lock);
+        snprintf(e.id, sizeof(e.id), "%s", v[i].sandbox_id);
+        taken += push(&svc->warm.unready, &e);
     }
-    if (n > 0)
-        sl_info("warm pool: %zu prepared sandboxes of an earlier run taken up", n);
+    pthread_mutex_unlock(&svc->warm.lock);
+    if (taken > 0)
+        sl_info("warm pool: %zu WARM routes of an earlier run taken up", taken);
     sl_routes_free(v, n);
 }
 
@@ -177,7 +211,7 @@ static void *warm_loop(void *arg)
     size_t target = (size_t)svc->cfg->warm_pool_size;
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
-        if (w->n >= target) {
+        if (w->ready.n >= target) {
             wait_us(w, 1000000);
             continue;
         }
@@ -231,9 +265,9 @@ void svc_warm_stop(struct sl_service *svc)
         pthread_join(w->thread, NULL);
         w->started = false;
     }
-    free(w->ready);
-    w->ready = NULL;
-    w->n = w->cap = 0;
+    free(w->ready.v);
+    free(w->unready.v);
+    w->ready = w->unready = (struct svc_warm_list){0};
 }
 
 int svc_warm_insert(struct sl_service *svc, struct sl_route *r, struct sl_error *err)
@@ -243,9 +277,7 @@ int svc_warm_insert(struct sl_service *svc, struct sl_route *r, struct sl_error 
         return -2;
     struct svc_warm_entry e;
     pthread_mutex_lock(&w->lock);
-    bool have = w->n > 0;
-    if (have)
-        e = w->ready[--w->n];
+    bool have = pop(&w->ready, &e);
     pthread_mutex_unlock(&w->lock);
     if (!have)
         return -2;
@@ -268,17 +300,19 @@ int svc_warm_insert(struct sl_service *svc, struct sl_route *r, struct sl_error 
             sl_info("warm pool: the prepared session of %s had ended", r->sandbox_id);
         }
     }
+    /* 0 or -1: the row is unchanged in the store, the entry still ready.
+     * -2: the row is not WARM any more, not ours to give (the caller
+     * draws a uid). */
     pthread_mutex_lock(&w->lock);
+    bool lost = rc == -2 || (rc != 1 && !push(&w->ready, &e));
     if (rc == 1) {
         w->taken_total++;
         w->last_take_us = sl_mono_us();
     }
-    else if (rc != -2)
-        push(w, e.id, e.uid); /* unchanged in the store: still ready */
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
-    /* -2: the row is not WARM any more: not ours to give. The caller draws
-     * a uid. */
+    if (lost)
+        drop(svc, &e);
     return rc;
 }
 
@@ -288,7 +322,7 @@ json_t *svc_warm_status(struct sl_service *svc)
     pthread_mutex_lock(&w->lock);
     json_t *o = json_pack("{s:I,s:I,s:I,s:I,s:I}", "target",
                           (json_int_t)(w->started ? svc->cfg->warm_pool_size : 0), "ready",
-                          (json_int_t)w->n, "taken_total", (json_int_t)w->taken_total,
+                          (json_int_t)w->ready.n, "taken_total", (json_int_t)w->taken_total,
                           "made_total", (json_int_t)w->made_total, "failures_total",
                           (json_int_t)w->failures_total);
     pthread_mutex_unlock(&w->lock);

@@ -139,7 +139,8 @@ int ws_warm_claim(const char *workspace_root, const char *name, const char *sand
 {
     if (ws_sandbox_id_check(sandbox_id, err) < 0)
         return -1;
-    _cleanup_close_ int rootfd = open(workspace_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    _cleanup_close_ int rootfd =
+        open(workspace_root, O_PATH | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (rootfd < 0)
         return sl_error_errno(err, SL_E_WORKSPACE_INVALID, "the workspace root is unavailable");
     /* Never over a directory the sandbox's id has already. */

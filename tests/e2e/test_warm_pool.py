@@ -129,8 +129,18 @@ def test_prepared_sandboxes_of_an_earlier_run_are_taken_up(daemon_factory):
     assert wait_for(lambda: pool(c)["ready"] == 1, 30), pool(c)
     # The same WARM route, prepared again: no uid drawn for it.
     assert warm_uids(c) == first
-    assert pool(c)["made_total"] == 0
+    assert pool(c)["made_total"] == 1
     sb = Sandbox(c, "after-" + uuid.uuid4().hex[:8], "scope")
     assert sb.resolve().status == 200 and sb.uid in first
     assert sb.connect().status == 200
     assert sb.exec(["true"]).body["status"] == "SUCCEEDED"
+
+
+def test_a_pool_that_cannot_prepare_draws_no_uid_after_uid(daemon_factory):
+    # Disk pressure: no sandbox can be prepared. The pool says so and
+    # reserves nothing (each failure once drew a uid for good).
+    d = daemon_factory({"SANDBOX_WARM_POOL_SIZE": "2", "SANDBOX_MIN_FREE_BYTES": str(1 << 60)})
+    c = d.client()
+    assert wait_for(lambda: pool(c)["failures_total"] >= 1, 10), pool(c)
+    assert pool(c)["ready"] == 0
+    assert warm_uids(c) == {}
