@@ -684,6 +684,14 @@ static bool relay_open(void *ctx)
     return !job->relay || sl_relay_open(job->relay);
 }
 
+static void forward_job_free(struct forward_job *job)
+{
+    free(job->url);
+    free(job->body);
+    free(job->headers);
+    free(job);
+}
+
 static void run_forward(void *arg)
 {
     struct forward_job *job = arg;
@@ -705,10 +713,7 @@ static void run_forward(void *arg)
      * written after the client has its answer, off its latency. */
     if (touch)
         sl_svc_route_touch(svc, job->sandbox_id, job->generation);
-    free(job->url);
-    free(job->body);
-    free(job->headers);
-    free(job);
+    forward_job_free(job);
 }
 
 struct query_buf {
@@ -814,6 +819,29 @@ static char *escape_path(const char *path)
     return b.data;
 }
 
+/* The owner's URL for this request: its endpoint (without a trailing
+ * '/'), then prefix, the path escaped, and the query as it came. NULL out
+ * of memory. */
+static char *owner_url(struct conn_state *st, const struct sl_error_owner *o, const char *prefix,
+                       const char *path)
+{
+    struct query_buf q;
+    sl_buf_init(&q.b, 64 * 1024);
+    q.failed = false;
+    MHD_get_connection_values(st->conn, MHD_GET_ARGUMENT_KIND, add_query, &q);
+    size_t elen = strlen(o->endpoint);
+    while (elen && o->endpoint[elen - 1] == '/')
+        elen--;
+    _cleanup_free_ char *escaped = escape_path(path);
+    char *url = NULL;
+    if (!q.failed && escaped &&
+        asprintf(&url, "%.*s%s%s%s%.*s", (int)elen, o->endpoint, prefix, escaped,
+                 q.b.len ? "?" : "", (int)q.b.len, q.b.data ? q.b.data : "") < 0)
+        url = NULL;
+    sl_buf_free(&q.b);
+    return url;
+}
+
 static void start_forward(struct conn_state *st, struct sl_response *resp)
 {
     const struct sl_error_owner *o = &resp->owner;
@@ -835,23 +863,12 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
         return;
     }
     struct forward_job *job = calloc(1, sizeof(*job));
-    struct query_buf q;
-    sl_buf_init(&q.b, 64 * 1024);
-    q.failed = false;
-    MHD_get_connection_values(st->conn, MHD_GET_ARGUMENT_KIND, add_query, &q);
-    size_t elen = strlen(o->endpoint);
-    while (elen && o->endpoint[elen - 1] == '/')
-        elen--;
     const char *rest = strncmp(st->path, "/api/v1/", 8) == 0 ? st->path + 7 : st->path;
-    _cleanup_free_ char *escaped = escape_path(rest);
-    if (job && !q.failed && escaped &&
-        asprintf(&job->url, "%.*s/internal/v1%s%s%.*s", (int)elen, o->endpoint, escaped,
-                 q.b.len ? "?" : "", (int)q.b.len, q.b.data ? q.b.data : "") < 0)
-        job->url = NULL;
-    sl_buf_free(&q.b);
+    if (job)
+        job->url = owner_url(st, o, "/internal/v1", rest);
     if (!job || !job->url) {
         if (job)
-            free(job);
+            forward_job_free(job);
         free(resp->body);
         answer_error(st, SL_E_INTERNAL, "internal error");
         return;
@@ -878,9 +895,7 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
                   (strcmp(st->route->op_id, "execCommand") == 0 &&
                    json_is_true(json_object_get(st->parsed, "stream")));
     if (events && !(job->relay = sl_relay_new()) && errno == EBUSY) {
-        free(job->url);
-        free(job->body);
-        free(job);
+        forward_job_free(job);
         free(resp->body);
         resp->body = NULL;
         answer_error(st, SL_E_STREAM_LIMIT,
@@ -904,9 +919,7 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
     if (sl_pool_submit(st->http->forwards, run_forward, job) < 0) {
         if (job->relay)
             sl_relay_end(job->relay, true);
-        free(job->url);
-        free(job->body);
-        free(job);
+        forward_job_free(job);
         answer_error(st, SL_E_OVERLOADED, "the server is overloaded; retry shortly");
     }
 }
@@ -917,37 +930,18 @@ static void start_forward(struct conn_state *st, struct sl_response *resp)
 static const char *const raw_stream_types[] = {SL_CONNECT_STREAM_TYPE, "application/x-ndjson",
                                                "text/event-stream", NULL};
 
-static void raw_job_free(struct forward_job *job)
-{
-    free(job->url);
-    free(job->body);
-    free(job->headers);
-    free(job);
-}
-
 /* An E2B request for a sandbox a live peer holds: sent there as it came
  * (api/forward.h's raw relay), its answer relayed (run_forward answers). */
 static void start_raw_forward(struct conn_state *st, const struct sl_error_owner *o)
 {
     struct forward_job *job = calloc(1, sizeof(*job));
-    struct query_buf q;
-    sl_buf_init(&q.b, 64 * 1024);
-    q.failed = false;
-    MHD_get_connection_values(st->conn, MHD_GET_ARGUMENT_KIND, add_query, &q);
-    size_t elen = strlen(o->endpoint);
-    while (elen && o->endpoint[elen - 1] == '/')
-        elen--;
-    _cleanup_free_ char *escaped = escape_path(st->sent_url ? st->sent_url : st->path);
-    if (job && !q.failed && escaped &&
-        asprintf(&job->url, "%.*s%s%s%.*s", (int)elen, o->endpoint, escaped, q.b.len ? "?" : "",
-                 (int)q.b.len, q.b.data ? q.b.data : "") < 0)
-        job->url = NULL;
-    sl_buf_free(&q.b);
-    if (job)
+    if (job) {
+        job->url = owner_url(st, o, "", st->sent_url ? st->sent_url : st->path);
         job->headers = sl_forward_client_headers(st->conn);
+    }
     if (!job || !job->url || !job->headers) {
         if (job)
-            raw_job_free(job);
+            forward_job_free(job);
         struct sl_response resp = {0};
         sl_e2b_respond_error(&resp, 500, "internal error");
         answer(st, &resp);
@@ -979,7 +973,7 @@ static void start_raw_forward(struct conn_state *st, const struct sl_error_owner
         .keep_going = relay_open,
     };
     if (sl_pool_submit(st->http->forwards, run_forward, job) < 0) {
-        raw_job_free(job);
+        forward_job_free(job);
         struct sl_response resp = {0};
         sl_e2b_respond_error(&resp, 503, "the server is overloaded; retry shortly");
         answer(st, &resp);
