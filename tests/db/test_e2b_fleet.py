@@ -8,33 +8,23 @@ come. E2B's own JavaScript SDK (npm `e2b` 2.51.0 and
 `@e2b/code-interpreter`, pinned in tests/e2e/e2b_sdk) makes the calls."""
 import json
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from test_e2b_sdk import SDK_DIR, e2b_key
+from test_e2b_sdk import e2b_key, install_sdks
 from test_forwarding import fleet
-from test_mcp_sdk import _tail, ensure_node
+from test_mcp_sdk import _tail
 
 DRIVER = Path(__file__).resolve().parent / "e2b_fleet.mjs"
 
 
 @pytest.fixture(scope="module")
 def sdk_dir(tmp_path_factory):
-    ensure_node()
     work = tmp_path_factory.mktemp("e2b-fleet-sdk")
-    for name in ("package.json", "package-lock.json"):
-        shutil.copy2(SDK_DIR / name, work / name)
-    shutil.copy2(DRIVER, work / DRIVER.name)
-    r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts",
-                        "--loglevel=error"],
-                       cwd=work, capture_output=True, text=True, timeout=900)
-    if r.returncode != 0:
-        pytest.fail(f"npm ci of the pinned E2B SDKs failed ({r.returncode}):\n"
-                    f"{_tail(r.stderr or r.stdout)}", pytrace=False)
+    install_sdks(work, DRIVER)
     return work
 
 

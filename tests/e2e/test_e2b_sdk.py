@@ -31,18 +31,25 @@ NEW = ("quickstart", "background", "processes", "stdin", "environment", "lifecyc
 OLD = ("quickstart", "background", "processes", "lifecycle")
 
 
-@pytest.fixture(scope="module")
-def sdk_dir(tmp_path_factory):
+def install_sdks(work, driver):
+    """The pinned E2B SDKs (npm ci of e2b_sdk's lock) and a driver script in
+    the directory `work`."""
     ensure_node()
-    work = tmp_path_factory.mktemp("e2b-sdk")
-    for name in ("package.json", "package-lock.json", "suite.mjs"):
+    for name in ("package.json", "package-lock.json"):
         shutil.copy2(SDK_DIR / name, work / name)
+    shutil.copy2(driver, work / driver.name)
     r = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts",
                         "--loglevel=error"],
                        cwd=work, capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         pytest.fail(f"npm ci of the pinned E2B SDKs failed ({r.returncode}):\n"
                     f"{_tail(r.stderr or r.stdout)}", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def sdk_dir(tmp_path_factory):
+    work = tmp_path_factory.mktemp("e2b-sdk")
+    install_sdks(work, SDK_DIR / "suite.mjs")
     for package in ("e2b", "e2b-old", "@e2b/code-interpreter"):
         if not (work / "node_modules" / package / "package.json").is_file():
             pytest.fail(f"npm ci did not install {package}", pytrace=False)

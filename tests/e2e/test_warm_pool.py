@@ -5,19 +5,10 @@ it. And favordynmods (SANDBOX_CGROUP_FAVOR_DYNMODS): the host's cgroup2
 superblock gets it at startup."""
 
 import os
-import time
 import uuid
 
 from sandloom_client import Sandbox
-
-
-def wait_for(cond, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.1)
-    return cond()
+from test_sessions import uid_processes, wait_for
 
 
 def pool(client):
@@ -28,20 +19,7 @@ def pool(client):
 
 def init_pids(uid):
     """Host pids of the sandloom-init processes running as uid."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f if ":" in line)
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().split(b"\0")
-        except (OSError, ValueError):
-            continue
-        if int(fields["Uid"].split()[0]) == uid and b"--session" in cmd:
-            pids.append(int(pid))
-    return pids
+    return [pid for pid, cmd in uid_processes(uid) if "--session" in cmd.split()]
 
 
 def warm_uids(client):
