@@ -37,6 +37,7 @@ struct sl_rt_options launch_runtime_options(const struct sl_config *cfg, const c
                                             const char *probe_root)
 {
     return (struct sl_rt_options){
+        .backend = cfg->execution_backend,
         .init_path = init_path,
         .readonly_mounts = &cfg->readonly_mounts,
         /* Debian's python3 serves /opt/agent-sandbox/python-runtime. */

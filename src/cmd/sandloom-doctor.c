@@ -84,6 +84,9 @@ int main(int argc, char **argv)
                           "runtime", "sandloom-native", "seccomp", 1, "seccomp_policy",
                           p->seccomp_policy));
             json_t *caps = json_object_get(report, "capabilities");
+            json_object_set_new(caps, "execution_backend",
+                                json_pack("{s:s,s:s,s:s}", "name", p->backend, "version",
+                                          p->backend_version, "platform", p->backend_platform));
             json_t *additions = json_array();
             for (size_t i = 0; i < p->n_additions; i++)
                 json_array_append_new(additions, json_string(p->enabled_additions[i]));

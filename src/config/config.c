@@ -95,8 +95,10 @@ static const char *const on_off[] = {"on", "off", NULL};
 static const char *const snapshot_modes[] = {"auto", "always", "never", NULL};
 static const char *const environments[] = {"local", "staging", "prod", NULL};
 static const char *const toolchain_names[] = {"go", "java", "node", "python", "rust", NULL};
-/* Backends this build serves; our native runtime answers to "bubblewrap". */
-static const char *const exec_backends[] = {"bubblewrap", NULL};
+/* Execution backends this build serves (runtime/internal.h); the
+ * reference's "bubblewrap" names the native one, the boundary that takes
+ * its place. */
+static const char *const exec_backends[] = {"native", "gvisor", "bubblewrap", NULL};
 static const char *const metadata_backends[] = {"auto", "sqlalchemy", NULL};
 static const char *const registry_backends[] = {"memory", "redis", NULL};
 static const char *const object_backends[] = {"s3", "disabled", NULL};
@@ -155,7 +157,7 @@ static const struct config_var config_vars[] = {
     V_LIST("SANDBOX_ISOLATION_OPTIONAL_FEATURES", isolation_optional_features, "", features,
            "isolation feature", F_LOWER | F_DEDUP | F_SORT),
     V_CHOICE("SANDBOX_NETWORK_MODE", network_mode, "private", network_modes),
-    V_BACKEND("SANDBOX_EXECUTION_BACKEND", execution_backend, "bubblewrap", exec_backends),
+    V_BACKEND("SANDBOX_EXECUTION_BACKEND", execution_backend, "native", exec_backends),
     V_STR("SANDBOX_BUBBLEWRAP_PATH", bubblewrap_path, "/usr/bin/bwrap", F_LAUNCHER),
     V_STR("SANDBOX_SETPRIV_PATH", setpriv_path, "/usr/bin/setpriv", F_LAUNCHER),
     V_STR("SANDBOX_PRLIMIT_PATH", prlimit_path, "/usr/bin/prlimit", F_LAUNCHER),
@@ -1087,6 +1089,11 @@ static int config_derive(struct sl_config *cfg, struct sl_error *err)
     }
     if (!(cfg->env_type = config_env_type(cfg)))
         return oom(err, "SANDBOX_ENVIRONMENT");
+    if (strcmp(cfg->execution_backend, "bubblewrap") == 0) {
+        free(cfg->execution_backend);
+        if (!(cfg->execution_backend = strdup("native")))
+            return oom(err, "SANDBOX_EXECUTION_BACKEND");
+    }
     return 0;
 }
 

@@ -40,7 +40,7 @@ const struct sl_config_doc sl_config_docs[] = {
     REF("SANDBOX_ISOLATION_REQUIRED_FEATURES", "Features the selected level must have, else startup stops."),
     REF("SANDBOX_ISOLATION_OPTIONAL_FEATURES", "Features used where the host has them."),
     REF("SANDBOX_NETWORK_MODE", "`private` (ours, the default here; the reference's is `host`): each sandbox session gets its own network namespace with one routed link to the host, NAT out, a resolver, and its egress policy in nftables (docs/ARCHITECTURE.md §9e); needs root and nftables, and startup says so when the host cannot. `host`: sandboxes share the host's network, as in the reference. `isolated`: each sandbox session gets its own network namespace with loopback only."),
-    REF("SANDBOX_EXECUTION_BACKEND", "Execution backend. This build's native runtime answers to `bubblewrap`; any other name is a plugin, which this build refuses."),
+    REF("SANDBOX_EXECUTION_BACKEND", "Execution backend, one per worker: `native` (the kernel's namespaces, cgroups and seccomp) or `gvisor` (each sandbox under runsc, gVisor's user-space kernel; docs/GVISOR.md). `bubblewrap`, the reference's name, is the native backend. The service refuses to start when the chosen backend fails its startup probe: it never falls back to another. Any other name is a plugin, which this build refuses."),
     REF("SANDBOX_BUBBLEWRAP_PATH", "Configures the reference's bubblewrap launcher; read and ignored by the native runtime (startup says so)."),
     REF("SANDBOX_SETPRIV_PATH", "Configures the reference's launcher; ignored by the native runtime."),
     REF("SANDBOX_PRLIMIT_PATH", "Configures the reference's launcher; ignored by the native runtime."),

@@ -31,6 +31,49 @@ void rt_mount_set_free(struct rt_mount_set *set);
 int rt_mounts_apply(int pidfd, struct rt_mount_set *cur, const struct sl_rt_mount *want,
                     size_t n, struct sl_error *err);
 
+struct rt_session;
+struct sl_rt_exec;
+
+/* An execution backend (SANDBOX_EXECUTION_BACKEND): what builds the
+ * boundary around sandloom-init. Everything else is shared and
+ * backend-blind: the session protocol and its supervision, the cgroups,
+ * the network, and all of the service above sl_rt_*. One implementation per
+ * backend: native.c (namespaces built by spawn.c), gvisor.c (one runsc
+ * sandbox per session). */
+struct rt_backend {
+    const char *name; /* what SANDBOX_EXECUTION_BACKEND says */
+    /* Probe the host with real launches and fill rt->profile (levels,
+     * additions, backend version and platform). -1 with err refuses the
+     * backend: there is no fall-back to another one. */
+    int (*open)(struct sl_runtime *rt, const struct sl_rt_options *opt, struct sl_error *err);
+    void (*close)(struct sl_runtime *rt);
+    /* One command in a sandbox built for it alone (warm sessions off).
+     * `ns` is the native backend's namespace set (its probe tries several).
+     * NULL: the backend only runs warm sessions. */
+    int (*oneshot_launch)(struct sl_runtime *rt, unsigned ns, const struct sl_rt_exec_request *req,
+                          struct sl_rt_exec *x, struct sl_error *err);
+    /* Start s's boundary around `sandloom-init --session` holding `ctl`
+     * (init's end of the control socket, the caller's), with the
+     * templates, ceilings and egress given: fills s->pid, s->pidfd (of the
+     * process whose death ends the session) and s->net_slot. */
+    int (*session_start)(struct sl_runtime *rt, struct rt_session *s, int ctl,
+                         const struct sl_rt_mount *mounts, size_t nmounts,
+                         const struct sl_rt_caps *caps, const struct sl_rt_egress *egress,
+                         struct sl_error *err);
+    /* Kill everything of s and wait for it to be gone (s->pidfd closed). */
+    void (*session_stop)(struct sl_runtime *rt, struct rt_session *s);
+    /* Does s run anything besides init? */
+    bool (*session_busy)(struct sl_runtime *rt, struct rt_session *s);
+    /* Bring s's templates from s->mounts to `want` (s->mounts follows).
+     * ENOTSUP in err: only a new session can have them. */
+    int (*session_mounts)(struct sl_runtime *rt, struct rt_session *s,
+                          const struct sl_rt_mount *want, size_t n, struct sl_error *err);
+    /* A command can be put in a host cgroup of its own by init's child. */
+    bool exec_cgroups;
+};
+
+extern const struct rt_backend rt_backend_native;
+
 /* A warm sandbox: sandloom-init in session mode, holding the namespaces and
  * the mount tree between executions (runtime/session.c). */
 struct rt_session {
@@ -38,6 +81,7 @@ struct rt_session {
     char root[PATH_MAX];
     pid_t pid;
     int pidfd;
+    void *boundary; /* the backend's own state of this session */
     int ctl_fd;                  /* requests go here, under write_lock */
     pthread_mutex_t write_lock;
     struct rt_mount_set mounts;  /* template trees in its namespace, under write_lock */
@@ -138,6 +182,8 @@ struct rt_supervisor {
 };
 
 struct sl_runtime {
+    const struct rt_backend *backend;
+    void *backend_state; /* the backend's own, from open to close */
     struct sl_spawn_layout layout;
     unsigned ns; /* the selected level's namespaces plus accepted additions */
     struct sl_cgroups *cgroups;
@@ -171,12 +217,19 @@ struct sl_rt_exec *rt_exec_new(struct sl_runtime *rt, const struct sl_rt_exec_re
 /* Give it to the supervisor (see supervise.c). */
 int rt_exec_submit(struct sl_rt_exec *x, struct sl_error *err);
 
-/* Spawn sandloom-init with `init_argv` into the runtime's namespaces and the
- * uid's cgroup (session_fd: see sl_spawn_request). */
-int rt_spawn(struct sl_runtime *rt, unsigned ns, const char *root, uid_t uid, char *const *argv,
-             const struct sl_rt_mount *mounts, size_t nmounts, const struct sl_rt_caps *caps,
-             const struct sl_rt_egress *egress, int64_t deadline_us, int session_fd,
-             struct sl_spawn_proc *proc, int *net_slot, struct sl_error *err);
+/* Run one command and wait for it: in a warm session, or one-shot with
+ * the native namespace set `ns` (the probes). */
+int rt_run(struct sl_runtime *rt, unsigned ns, bool session, const struct sl_rt_exec_request *req,
+           struct sl_rt_exec_result *res, struct sl_error *err);
+
+/* Startup probes (probe.c): a directory laid out as a sandbox's, owned by
+ * uid, and `/bin/sh -c true` run in it as a sandbox would run it. */
+int rt_probe_dir_create(const char *probe_root, uid_t uid, char *path, size_t size,
+                        struct sl_error *err);
+void rt_probe_dir_remove(const char *path);
+/* true when the command ran and exited 0; else false with why in detail. */
+bool rt_probe_run(struct sl_runtime *rt, unsigned ns, bool session, const char *root, uid_t uid,
+                  char *detail, size_t size);
 
 /* Send x's request to the uid's warm session (started if needed); on
  * success x holds the session, its pipes and status socket, and with

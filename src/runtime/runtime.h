@@ -1,5 +1,7 @@
-/* The native sandbox runtime: turns a profile and a sandbox's directories
- * into an isolated process (spec RUNTIME.md §4, DESIGN.md §3).
+/* The sandbox runtime: turns a profile and a sandbox's directories into an
+ * isolated process (spec RUNTIME.md §4, DESIGN.md §3), behind one of its
+ * execution backends (internal.h: struct rt_backend): `native`, built from
+ * the kernel's namespaces, or `gvisor`, a user-space kernel (runsc).
  *
  * It knows nothing of HTTP, SQL or tenants. Lifecycle: sl_rt_open() once at
  * startup (opens sandloom-init, probes the levels the host supports with
@@ -7,7 +9,7 @@
  * times concurrently; sl_rt_close() at shutdown. The runtime owns its
  * descriptors and the probe result; callers own requests and results.
  *
- * One execution = one fresh sandbox: clone3 into new user, mount, IPC, UTS
+ * Native backend, one execution = one fresh sandbox: clone3 into new user, mount, IPC, UTS
  * (+PID, +cgroup, +net) namespaces; the parent writes the uid/gid maps
  * (uid 0 inside = the sandbox's host uid); the child builds the mount tree,
  * pivot_roots into it, drops every capability, sets no_new_privs and the
@@ -28,6 +30,7 @@ struct sl_privnet;
 struct sl_egress_policy;
 
 struct sl_rt_options {
+    const char *backend;                       /* SANDBOX_EXECUTION_BACKEND: native | gvisor */
     const char *init_path;                     /* sandloom-init binary (static) */
     const struct sl_strlist *readonly_mounts;  /* host trees bound read-only at the same path */
     const char *python_prefix;                 /* host prefix whose bin/python3 serves
@@ -57,6 +60,9 @@ struct sl_rt_options {
 
 /* What the startup probe found and selected. */
 struct sl_rt_profile {
+    char backend[16];             /* native | gvisor */
+    char backend_version[80];     /* native: the kernel's release; gvisor: runsc's */
+    char backend_platform[32];    /* native: namespaces; gvisor: runsc's platform (ptrace...) */
     char selected_level[16];      /* basic | standard | strict */
     char max_supported_level[16];
     bool supported[3];            /* basic, standard, strict */

@@ -28,27 +28,13 @@
 #include "runtime/internal.h"
 #include "runtime/session_proto.h"
 
-#define SESSION_START_TIMEOUT_US (15 * 1000000LL)
-
-static void session_kill_and_reap(struct rt_session *s)
+static void session_free(struct sl_runtime *rt, struct rt_session *s)
 {
-    if (s->pidfd >= 0) {
-        (void)sl_pidfd_send_signal(s->pidfd, SIGKILL);
-        siginfo_t si;
-        while (waitid(P_PIDFD, (id_t)s->pidfd, &si, WEXITED) < 0 && errno == EINTR)
-            ;
-        close(s->pidfd);
-        s->pidfd = -1;
-    }
+    rt->backend->session_stop(rt, s);
     if (s->ctl_fd >= 0) {
         close(s->ctl_fd);
         s->ctl_fd = -1;
     }
-}
-
-static void session_free(struct sl_runtime *rt, struct rt_session *s)
-{
-    session_kill_and_reap(s);
     if (rt->privnet)
         sl_privnet_detach(rt->privnet, s->net_slot);
     if (s->spare_cg_seq && s->cgroups)
@@ -121,10 +107,6 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
         session_free(rt, s);
         return NULL;
     }
-    char fdtext[16];
-    snprintf(fdtext, sizeof(fdtext), "%d", sv[1]);
-    char *argv[] = {(char *)"sandloom-init", (char *)"--session", fdtext, NULL};
-    struct sl_spawn_proc proc;
     if (rt_mount_set_copy(&s->mounts, mounts, nmounts) < 0) {
         close(sv[0]);
         close(sv[1]);
@@ -132,19 +114,13 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    int rc = rt_spawn(rt, rt->ns, root, uid, argv, mounts, nmounts, caps, egress,
-                      sl_mono_us() + SESSION_START_TIMEOUT_US, sv[1], &proc, &s->net_slot, err);
+    int rc = rt->backend->session_start(rt, s, sv[1], mounts, nmounts, caps, egress, err);
     close(sv[1]);
     if (rc < 0) {
         close(sv[0]);
         session_free(rt, s);
         return NULL;
     }
-    /* init's own stdout/stderr: it writes nothing there in session mode. */
-    close(proc.out_fd);
-    close(proc.err_fd);
-    s->pid = proc.pid;
-    s->pidfd = proc.pidfd;
     s->ctl_fd = sv[0];
     return s;
 }
@@ -479,7 +455,7 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
         pthread_mutex_lock(&s->write_lock);
         int mrc = rt_mount_set_equal(&s->mounts, req->mounts, req->nmounts)
                       ? 0
-                      : rt_mounts_apply(s->pidfd, &s->mounts, req->mounts, req->nmounts, err);
+                      : rt->backend->session_mounts(rt, s, req->mounts, req->nmounts, err);
         pthread_mutex_unlock(&s->write_lock);
         if (mrc < 0) {
             session_release_exec(rt, s, false);
@@ -593,21 +569,8 @@ void sl_rt_session_drop(struct sl_runtime *rt, uid_t uid, const char *root)
 
 void rt_sessions_stop_all(struct sl_runtime *rt) { stop_matching(rt, pick_all, NULL); }
 
-/* Anything besides init in the session? Its direct children tell: every
- * process of a PID namespace is init's descendant, and orphans are
- * reparented to it (it is a subreaper at basic). */
-static bool session_busy(const struct rt_session *s)
-{
-    char path[64], buf[64];
-    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)s->pid, (int)s->pid);
-    _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return false;
-    ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    return n > 0;
-}
-
 struct idle_arg {
+    struct sl_runtime *rt;
     int64_t now_us, idle_us;
 };
 
@@ -615,12 +578,12 @@ static bool pick_idle(struct rt_session *s, void *arg)
 {
     const struct idle_arg *a = arg;
     return s->active == 0 && s->refs == 0 && !s->prepared &&
-           a->now_us - s->last_used_us >= a->idle_us && !session_busy(s);
+           a->now_us - s->last_used_us >= a->idle_us && !a->rt->backend->session_busy(a->rt, s);
 }
 
 int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms)
 {
-    struct idle_arg a = {.now_us = sl_mono_us(), .idle_us = idle_ms * 1000};
+    struct idle_arg a = {.rt = rt, .now_us = sl_mono_us(), .idle_us = idle_ms * 1000};
     return stop_matching(rt, pick_idle, &a);
 }
 
@@ -643,7 +606,7 @@ int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
     /* Its first command's cgroup too (a command that ends by itself leaves
      * its own to the next, exec_cgroup): making one is a mkdir in each
      * hierarchy and its limits, a few milliseconds. */
-    if (rt->cgroups && sl_cgroups_exec_supported(rt->cgroups)) {
+    if (rt->backend->exec_cgroups && rt->cgroups && sl_cgroups_exec_supported(rt->cgroups)) {
         uint64_t seq = atomic_fetch_add(&rt->exec_seq, 1) + 1;
         struct sl_error ignored = {0};
         int fd = sl_cgroup_exec_create(rt->cgroups, uid, seq, &ignored);

@@ -68,8 +68,10 @@ static json_t *strlist_json(const struct sl_strlist *l)
 
 /* The effective profile hash of RUNTIME.md §3.2. The runtime always
  * disables nested user namespaces (max_user_namespaces = 0 inside), the
- * reference's default variant, so there is never a "-nested-userns" suffix
- * and no "-with-" additions until optional features arrive. */
+ * reference's default variant, so there is never a "-nested-userns" suffix.
+ * A backend other than native adds "-<backend>-<platform>" (ours): a
+ * sandbox placed on a worker of another boundary must be a new placement,
+ * and a memory checkpoint restores only under the runsc that made it. */
 static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile *p)
 {
     const struct sl_config *cfg = svc->cfg;
@@ -81,6 +83,9 @@ static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile
     for (size_t i = 0; i < p->n_additions; i++)
         n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "%s%s", i ? "-" : "-with-",
                       p->enabled_additions[i]);
+    if (strcmp(p->backend, "native") != 0)
+        n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "-%s-%s", p->backend,
+                      p->backend_platform);
     size_t blen = strlen(cfg->profile_hash), slen = strlen(suffix);
     if (blen >= slen && strcmp(cfg->profile_hash + blen - slen, suffix) == 0)
         n = snprintf(svc->profile_hash, sizeof(svc->profile_hash), "%s", cfg->profile_hash);
@@ -128,6 +133,10 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "bubblewrap_version", json_null());
     json_object_set_new(caps, "runtime", json_string(SL_RUNTIME_NAME));
     json_object_set_new(caps, "runtime_version", json_string(SL_VERSION));
+    /* Ours: the boundary this worker's sandboxes run behind. */
+    json_object_set_new(caps, "execution_backend",
+                        json_pack("{s:s,s:s,s:s}", "name", p->backend, "version",
+                                  p->backend_version, "platform", p->backend_platform));
     json_object_set_new(caps, "user_namespace", json_true());
     json_object_set_new(caps, "mount_namespace", json_true());
     json_object_set_new(caps, "ipc_namespace", json_true());

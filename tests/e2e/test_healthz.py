@@ -1,6 +1,7 @@
 """GET /healthz status document: API.md §3.2, RUNTIME.md §1, §8, §10."""
 
 import json
+import os
 import re
 
 import pytest
@@ -89,6 +90,15 @@ def test_capabilities(hz):
     assert cap["network_namespace"] is True and cap["egress_address_filter"] is True
     assert cap["network_mode"] == "private"
     assert cap["toolchains"]["configured"] == ["python", "node"]
+
+
+def test_the_execution_backend_is_reported(hz):
+    """The boundary, its version and its platform; the native one's version
+    is the kernel it runs on, and its hash carries no backend suffix."""
+    backend = hz["worker"]["capabilities"]["execution_backend"]
+    assert backend == {"name": "native", "version": os.uname().release,
+                       "platform": "namespaces"}, backend
+    assert "-native" not in hz["worker"]["profile_hash"]
 
 
 def test_reclamation_defaults(hz):

@@ -154,7 +154,7 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.network_mode, "private"); /* ours; the reference's is host */
     assert_string_equal(cfg.private_network_cidr, "auto");
     assert_string_equal(cfg.egress_default, "allow");
-    assert_string_equal(cfg.execution_backend, "bubblewrap");
+    assert_string_equal(cfg.execution_backend, "native");
     assert_string_equal(cfg.bubblewrap_path, "/usr/bin/bwrap");
     assert_string_equal(cfg.setpriv_path, "/usr/bin/setpriv");
     assert_string_equal(cfg.prlimit_path, "/usr/bin/prlimit");
@@ -439,7 +439,8 @@ static void test_selectors_normalised(void **state)
     setenv("SANDBOX_ENVIRONMENT", " Local ", 1);
     struct sl_config cfg;
     load_ok(fx, &cfg);
-    assert_string_equal(cfg.execution_backend, "bubblewrap");
+    /* The reference's name for the backend is the native one's alias. */
+    assert_string_equal(cfg.execution_backend, "native");
     assert_string_equal(cfg.metadata_backend, "sqlalchemy");
     assert_string_equal(cfg.registry_backend, "redis");
     assert_string_equal(cfg.object_store_backend, "disabled");
@@ -447,6 +448,10 @@ static void test_selectors_normalised(void **state)
     assert_string_equal(cfg.network_mode, "isolated");
     assert_string_equal(cfg.suspend_snapshot, "never");
     assert_string_equal(cfg.environment, "local");
+    sl_config_free(&cfg);
+    setenv("SANDBOX_EXECUTION_BACKEND", " GVisor", 1);
+    load_ok(fx, &cfg);
+    assert_string_equal(cfg.execution_backend, "gvisor");
     sl_config_free(&cfg);
 
     setenv("SANDBOX_ISOLATION_LEVEL", "2", 1);
