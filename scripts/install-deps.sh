@@ -25,6 +25,8 @@ run_pkgs=(btrfs-progs python3-pip)
 # tmux: the CLI's progress line is checked on a real terminal (test_cli.py).
 # python3-matplotlib: E2B's code interpreter turns a figure into a PNG result
 # (tests/e2e/test_e2b_sdk.py draws one inside a sandbox).
+# runsc: gVisor's, for the suites that run again with
+# SANDBOX_EXECUTION_BACKEND=gvisor (runtime/gvisor.c, tests/e2e/test_gvisor.py).
 # nftables, dnsmasq-base, iproute2: the private network tests inspect the
 # daemon's nftables table, answer test names with their own dnsmasq and make
 # their test internet in a network namespace (tests/e2e/private_net.py).
@@ -32,7 +34,7 @@ test_pkgs=(libcmocka-dev python3-pytest curl chromium e2fsprogs
            golang-go rustc cargo default-jdk-headless node-typescript postgresql
            mariadb-server redis-server mypy python3-venv tmux nftables dnsmasq-base
            python3-websockets python3-matplotlib
-           iproute2)
+           iproute2 runsc)
 
 pkgs=("${build_pkgs[@]}")
 [ "$tier" = run ] && pkgs+=("${run_pkgs[@]}")

@@ -112,6 +112,9 @@ static const struct code_status TABLE[] = {
     {SL_E_DISK_FULL, 507, "no space left on the sandbox's disk"},
     {"SANDBOX_TEMPLATES_UNSUPPORTED", 501, "templates are not supported by this metadata store"},
     {"SANDBOX_SUSPEND_UNSUPPORTED", 501, "suspend is not supported by this metadata store"},
+    {"SANDBOX_MEMORY_SUSPEND_UNSUPPORTED", 501,
+     "this worker's execution backend cannot keep a sandbox's memory "
+     "(SANDBOX_EXECUTION_BACKEND=gvisor can): suspend without \"memory\""},
     {"SANDBOX_SNAPSHOT_UNAVAILABLE", 501,
      "snapshots need an object store: set SANDBOX_BLOBSTORE_BUCKET"},
     {"SANDBOX_DIRECTORY_OPS_UNSUPPORTED", 501, "directory operations are not supported here"},

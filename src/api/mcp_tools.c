@@ -693,7 +693,7 @@ static json_t *t_suspend(const struct caller *c, const json_t *args, struct sl_e
     if (!sl_v_ok(&v))
         fail_invalid(err, &v);
     else
-        out = sl_svc_suspend(c->svc, id, generation, err);
+        out = sl_svc_suspend(c->svc, id, generation, false, err);
     sl_v_free(&v);
     return out;
 }

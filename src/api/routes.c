@@ -384,12 +384,14 @@ static void h_suspend(struct sl_request *req, struct sl_response *resp)
     struct sl_validation v;
     sl_v_init(&v);
     int64_t generation = 0;
+    bool memory = false;
     sl_v_int(&v, req->body, "generation", true, 1, INT64_MAX, 0, &generation);
+    sl_v_bool(&v, req->body, "memory", false, &memory);
     if (!sl_v_ok(&v)) {
         respond_invalid(resp, &v);
     } else {
         struct sl_error err = {0};
-        json_t *doc = sl_svc_suspend(req->svc, req->params[0], generation, &err);
+        json_t *doc = sl_svc_suspend(req->svc, req->params[0], generation, memory, &err);
         respond_result(resp, doc, &err);
     }
     sl_v_free(&v);
@@ -1617,7 +1619,8 @@ const struct sl_route_def sl_routes[] = {
     {"DELETE", SBX, h_release, true, false, "releaseSandbox", "Release the sandbox", NULL,
      "ReleaseResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},
     {"POST", SBX "/suspend", h_suspend, true, true, "suspendSandbox",
-     "Suspend: stop every process, keep the files, free the slot", "ConnectRequest",
+     "Suspend: stop every process (or keep them, with memory), keep the files, free the slot",
+     "SuspendRequest",
      "SuspendResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
      NULL, "ResumeResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},

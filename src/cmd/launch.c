@@ -38,6 +38,8 @@ struct sl_rt_options launch_runtime_options(const struct sl_config *cfg, const c
 {
     return (struct sl_rt_options){
         .backend = cfg->execution_backend,
+        .gvisor_runsc = cfg->gvisor_runsc,
+        .gvisor_platform = cfg->gvisor_platform,
         .init_path = init_path,
         .readonly_mounts = &cfg->readonly_mounts,
         /* Debian's python3 serves /opt/agent-sandbox/python-runtime. */

@@ -99,6 +99,7 @@ static const char *const toolchain_names[] = {"go", "java", "node", "python", "r
  * reference's "bubblewrap" names the native one, the boundary that takes
  * its place. */
 static const char *const exec_backends[] = {"native", "gvisor", "bubblewrap", NULL};
+static const char *const gvisor_platforms[] = {"ptrace", "systrap", "kvm", NULL};
 static const char *const metadata_backends[] = {"auto", "sqlalchemy", NULL};
 static const char *const registry_backends[] = {"memory", "redis", NULL};
 static const char *const object_backends[] = {"s3", "disabled", NULL};
@@ -158,6 +159,8 @@ static const struct config_var config_vars[] = {
            "isolation feature", F_LOWER | F_DEDUP | F_SORT),
     V_CHOICE("SANDBOX_NETWORK_MODE", network_mode, "private", network_modes),
     V_BACKEND("SANDBOX_EXECUTION_BACKEND", execution_backend, "native", exec_backends),
+    V_STR("SANDBOX_GVISOR_RUNSC", gvisor_runsc, "/usr/bin/runsc", 0),
+    V_CHOICE("SANDBOX_GVISOR_PLATFORM", gvisor_platform, "ptrace", gvisor_platforms),
     V_STR("SANDBOX_BUBBLEWRAP_PATH", bubblewrap_path, "/usr/bin/bwrap", F_LAUNCHER),
     V_STR("SANDBOX_SETPRIV_PATH", setpriv_path, "/usr/bin/setpriv", F_LAUNCHER),
     V_STR("SANDBOX_PRLIMIT_PATH", prlimit_path, "/usr/bin/prlimit", F_LAUNCHER),

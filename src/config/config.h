@@ -53,7 +53,9 @@ struct sl_config {
     struct sl_strlist isolation_required_features; /* lower-cased, de-duplicated, sorted */
     struct sl_strlist isolation_optional_features;
     char *network_mode;      /* host|isolated|private */
-    char *execution_backend; /* lower-cased */
+    char *execution_backend; /* lower-cased; "bubblewrap" is read as "native" */
+    char *gvisor_runsc;      /* SANDBOX_GVISOR_RUNSC */
+    char *gvisor_platform;   /* SANDBOX_GVISOR_PLATFORM */
     char *bubblewrap_path, *setpriv_path, *prlimit_path; /* accepted, ignored (COMPAT §1) */
     char *bash_path;
     char *bubblewrap_min_version; /* accepted, ignored */

@@ -68,11 +68,15 @@ struct rt_backend {
      * ENOTSUP in err: only a new session can have them. */
     int (*session_mounts)(struct sl_runtime *rt, struct rt_session *s,
                           const struct sl_rt_mount *want, size_t n, struct sl_error *err);
+    /* Write s's processes, memory and open files to the image directory
+     * `dir` and end s. NULL: the backend cannot (the native one). */
+    int (*session_checkpoint)(struct sl_runtime *rt, struct rt_session *s, const char *dir,
+                              struct sl_error *err);
     /* A command can be put in a host cgroup of its own by init's child. */
     bool exec_cgroups;
 };
 
-extern const struct rt_backend rt_backend_native;
+extern const struct rt_backend rt_backend_native, rt_backend_gvisor;
 
 /* A warm sandbox: sandloom-init in session mode, holding the namespaces and
  * the mount tree between executions (runtime/session.c). */
@@ -82,6 +86,9 @@ struct rt_session {
     pid_t pid;
     int pidfd;
     void *boundary; /* the backend's own state of this session */
+    /* Set before session_start: start from this checkpoint image instead
+     * of afresh (sl_rt_session_restore). */
+    const char *restore_image;
     int ctl_fd;                  /* requests go here, under write_lock */
     pthread_mutex_t write_lock;
     struct rt_mount_set mounts;  /* template trees in its namespace, under write_lock */

@@ -191,7 +191,7 @@ void sl_rt_close(struct sl_runtime *rt)
 /* The backend SANDBOX_EXECUTION_BACKEND names. */
 static const struct rt_backend *backend_named(const char *name)
 {
-    static const struct rt_backend *const all[] = {&rt_backend_native};
+    static const struct rt_backend *const all[] = {&rt_backend_native, &rt_backend_gvisor};
     for (size_t i = 0; i < SL_ARRAY_LEN(all); i++)
         if (strcmp(all[i]->name, name ? name : "native") == 0)
             return all[i];

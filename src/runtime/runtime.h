@@ -31,6 +31,8 @@ struct sl_egress_policy;
 
 struct sl_rt_options {
     const char *backend;                       /* SANDBOX_EXECUTION_BACKEND: native | gvisor */
+    const char *gvisor_runsc;                  /* gvisor: runsc's path */
+    const char *gvisor_platform;               /* gvisor: ptrace | systrap | kvm */
     const char *init_path;                     /* sandloom-init binary (static) */
     const struct sl_strlist *readonly_mounts;  /* host trees bound read-only at the same path */
     const char *python_prefix;                 /* host prefix whose bin/python3 serves
@@ -239,6 +241,22 @@ bool sl_rt_session_adopt(struct sl_runtime *rt, uid_t uid, const char *old_root,
 bool sl_rt_session_egress_pending(struct sl_runtime *rt, uid_t uid);
 /* The prepared (not adopted) session of uid at root stopped, if any. */
 void sl_rt_session_drop(struct sl_runtime *rt, uid_t uid, const char *root);
+
+/* Suspend that keeps memory: uid's session at root (its processes, their
+ * memory and open files) written to the image directory `dir` (created;
+ * root's), and the session ended. ENOTSUP in err: the backend cannot (the
+ * native one); ENOENT: no session runs (nothing to keep); EBUSY: a process
+ * holds a descriptor of the host (the output of the command that started
+ * it) that a checkpoint cannot keep. */
+int sl_rt_session_checkpoint(struct sl_runtime *rt, uid_t uid, const char *root, const char *dir,
+                             struct sl_error *err);
+/* uid's session at root started again from the image in `dir`, with the
+ * templates and ceilings a command of the sandbox would have (the same
+ * templates as at the checkpoint: the image refers to their mounts): its
+ * processes run on where they were. */
+int sl_rt_session_restore(struct sl_runtime *rt, const char *root, uid_t uid, const char *dir,
+                          const struct sl_rt_mount *mounts, size_t nmounts,
+                          const struct sl_rt_caps *caps, struct sl_error *err);
 
 /* A connected TCP socket (non-blocking, close-on-exec, the caller's) to
  * `port` on the loopback of the sandbox of uid, as the sandbox sees it:

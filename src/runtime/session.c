@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -89,7 +90,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
                                         const struct sl_rt_mount *mounts, size_t nmounts,
                                         const struct sl_rt_caps *caps,
                                         const struct sl_rt_egress *egress,
-                                        struct sl_error *err)
+                                        const char *restore_image, struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -99,6 +100,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     s->uid = uid;
     s->cgroups = rt->cgroups;
     s->pidfd = s->ctl_fd = s->net_slot = -1;
+    s->restore_image = restore_image;
     snprintf(s->root, sizeof(s->root), "%s", root);
     pthread_mutex_init(&s->write_lock, NULL);
     int sv[2];
@@ -122,6 +124,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
         return NULL;
     }
     s->ctl_fd = sv[0];
+    s->restore_image = NULL; /* the caller's, used up */
     return s;
 }
 
@@ -210,7 +213,8 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     }
     /* Start under the lock: two first executions of one sandbox must not
      * start two sessions. Starting is one sandbox build (milliseconds). */
-    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, egress, err);
+    struct rt_session *s =
+        session_start(rt, root, uid, mounts, nmounts, caps, egress, NULL, err);
     if (s && caps)
         s->caps = *caps;
     if (s && table_add(rt, s) < 0) {
@@ -225,6 +229,15 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
     }
     pthread_mutex_unlock(&rt->sessions_lock);
     return s;
+}
+
+/* Is the caller's execution the only one on s? */
+static bool session_sole_user(struct sl_runtime *rt, struct rt_session *s)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    bool sole = s->active == 1;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return sole;
 }
 
 static void session_release_exec(struct sl_runtime *rt, struct rt_session *s, bool broken)
@@ -457,6 +470,15 @@ int rt_session_launch(struct sl_runtime *rt, const struct sl_rt_exec_request *re
                       ? 0
                       : rt->backend->session_mounts(rt, s, req->mounts, req->nmounts, err);
         pthread_mutex_unlock(&s->write_lock);
+        if (mrc < 0 && err && err->errnum == ENOTSUP && attempt == 0 && session_sole_user(rt, s)) {
+            /* The backend binds templates only when a session starts: this
+             * one ends (with its background processes) and the retry
+             * starts one with the new set. */
+            (void)sl_pidfd_send_signal(s->pidfd, SIGKILL);
+            session_release_exec(rt, s, true);
+            sl_error_clear(err);
+            continue;
+        }
         if (mrc < 0) {
             session_release_exec(rt, s, false);
             return -1;
@@ -599,7 +621,7 @@ int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
     const struct sl_rt_egress defaults = {0};
     /* Built outside sessions_lock, unlike session_get's: nobody else knows
      * this uid yet, and every command's session lookup takes that lock. */
-    struct rt_session *s = session_start(rt, root, uid, NULL, 0, &none, &defaults, err);
+    struct rt_session *s = session_start(rt, root, uid, NULL, 0, &none, &defaults, NULL, err);
     if (!s)
         return -1;
     s->caps = none;
@@ -671,4 +693,132 @@ int sl_rt_sessions(struct sl_runtime *rt)
     int n = (int)rt->n_sessions;
     pthread_mutex_unlock(&rt->sessions_lock);
     return n;
+}
+
+/* ---- suspend that keeps memory ------------------------------------------ */
+
+/* Lists the processes, besides init and itself, that hold a descriptor of
+ * the host: under gVisor they read "host:[N]" in /proc/<pid>/fd. A
+ * background job started without redirecting its output still holds the
+ * pipes of the command that started it, and a checkpoint of such a
+ * descriptor fails and ends the sandbox (docs/GVISOR.md). */
+static const char HOST_FD_SCRIPT[] =
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    "if [ \"$p\" = 1 ] || [ \"$p\" = $$ ]; then continue; fi; "
+    "for f in \"$d\"/fd/*; do l=$(readlink \"$f\" 2>/dev/null) || continue; "
+    "case $l in host:*) echo \"$p $(cat \"$d\"/comm 2>/dev/null)\"; break;; esac; done; done";
+
+/* The live, idle session of uid at root, with a reference; NULL with err
+ * (ENOENT none, EBUSY a command runs). */
+static struct rt_session *session_idle_ref(struct sl_runtime *rt, uid_t uid, const char *root,
+                                           struct sl_error *err)
+{
+    struct rt_session *found = NULL;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions && !found; i++) {
+        struct rt_session *s = rt->sessions[i];
+        if (s->uid == uid && !s->dead && strcmp(s->root, root) == 0 && session_alive(s))
+            found = s;
+    }
+    if (found && found->active > 0) {
+        pthread_mutex_unlock(&rt->sessions_lock);
+        sl_error_set(err, SL_E_RUNTIME, EBUSY, "a command of the sandbox runs");
+        return NULL;
+    }
+    if (found)
+        found->refs++;
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (!found)
+        sl_error_set(err, SL_E_RUNTIME, ENOENT, "the sandbox runs nothing");
+    return found;
+}
+
+int sl_rt_session_checkpoint(struct sl_runtime *rt, uid_t uid, const char *root, const char *dir,
+                             struct sl_error *err)
+{
+    if (!rt->backend->session_checkpoint)
+        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
+                            "the %s execution backend cannot keep a sandbox's memory",
+                            rt->backend->name);
+    struct rt_session *s = session_idle_ref(rt, uid, root, err);
+    if (!s)
+        return -1;
+    /* The check runs as a command of the session itself, with its own
+     * templates and ceilings (so it changes neither). */
+    struct sl_rt_mount *mounts = calloc(s->mounts.n + 1, sizeof(*mounts));
+    if (!mounts) {
+        session_put(rt, s);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < s->mounts.n; i++)
+        mounts[i] = (struct sl_rt_mount){.name = s->mounts.names[i], .host_path = s->mounts.paths[i]};
+    char *argv[] = {(char *)"/bin/sh", (char *)"-c", (char *)HOST_FD_SCRIPT, NULL};
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", NULL};
+    struct sl_rt_exec_request req = {.sandbox_root = root, .uid = uid, .argv = argv, .cwd = "/",
+                                     .envp = envp, .timeout_ms = 10000, .grace_ms = 500,
+                                     .max_output_bytes = 4096, .mounts = mounts,
+                                     .nmounts = s->mounts.n, .caps = s->caps};
+    struct sl_rt_exec_result res;
+    int rc = rt_run(rt, 0, true, &req, &res, err);
+    free(mounts);
+    if (rc == 0 && (res.timed_out || res.exit_code != 0))
+        rc = sl_error_set(err, SL_E_RUNTIME, EIO, "the sandbox could not be inspected before "
+                          "its checkpoint (exit %d)", res.exit_code);
+    else if (rc == 0 && res.out.len > 0)
+        rc = sl_error_set(err, SL_E_RUNTIME, EBUSY,
+                          "processes hold the output of the command that started them, which "
+                          "a checkpoint cannot keep (start them with their output redirected, "
+                          "e.g. > file 2>&1 < /dev/null): %.*s",
+                          (int)(res.out.len > 200 ? 200 : res.out.len), res.out.data);
+    sl_rt_exec_result_free(&res);
+    if (rc < 0) {
+        session_put(rt, s);
+        return -1;
+    }
+    /* No command may start on it from here: it is taken out of the table
+     * (a command of the sandbox now would start a new session: the service
+     * holds the sandbox's lock while it suspends, so none comes). */
+    pthread_mutex_lock(&rt->sessions_lock);
+    bool still = !s->dead && s->active == 0;
+    if (still) {
+        s->dead = true;
+        table_remove(rt, s);
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (!still) {
+        session_put(rt, s);
+        return sl_error_set(err, SL_E_RUNTIME, EBUSY, "a command of the sandbox runs");
+    }
+    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+        sl_error_errno(err, SL_E_RUNTIME, "cannot create %s", dir);
+        session_put(rt, s);
+        return -1;
+    }
+    rc = rt->backend->session_checkpoint(rt, s, dir, err);
+    session_put(rt, s); /* the last reference: stopped and freed */
+    return rc;
+}
+
+int sl_rt_session_restore(struct sl_runtime *rt, const char *root, uid_t uid, const char *dir,
+                          const struct sl_rt_mount *mounts, size_t nmounts,
+                          const struct sl_rt_caps *caps, struct sl_error *err)
+{
+    if (!rt->backend->session_checkpoint)
+        return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
+                            "the %s execution backend cannot keep a sandbox's memory",
+                            rt->backend->name);
+    const struct sl_rt_egress none = {0};
+    pthread_mutex_lock(&rt->sessions_lock);
+    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, &none, dir, err);
+    if (s) {
+        s->caps = *caps;
+        s->last_used_us = sl_mono_us();
+        if (table_add(rt, s) < 0) {
+            pthread_mutex_unlock(&rt->sessions_lock);
+            session_free(rt, s);
+            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        }
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    return s ? 0 : -1;
 }

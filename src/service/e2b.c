@@ -280,7 +280,7 @@ static int pause_now(struct sl_service *svc, const struct sl_e2b_sandbox *e, str
 {
     if (stop_processes(svc, e->sandbox_id, err) < 0)
         return -1;
-    _cleanup_json_ json_t *doc = sl_svc_suspend(svc, e->sandbox_id, e->generation, err);
+    _cleanup_json_ json_t *doc = sl_svc_suspend(svc, e->sandbox_id, e->generation, false, err);
     return doc ? 0 : -1;
 }
 

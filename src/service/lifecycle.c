@@ -2,6 +2,7 @@
  * (spec API.md §2, §3.5–§3.8, §3.14). Every transition is a compare-and-set
  * on (sandbox_id, generation, status) in the store. */
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -906,14 +907,16 @@ out:
 
 /* ---- suspend / resume (API.md §3.15, §3.16, §7) ------------------------- */
 
-static json_t *suspend_view(const struct sl_route *r, bool suspended, bool snapshot,
+/* memory (ours): processes and memory were kept (a checkpoint). */
+static json_t *suspend_view(const struct sl_route *r, bool suspended, bool snapshot, bool memory,
                             int64_t retention_s)
 {
     int64_t until =
         retention_s > 0 && r->last_active_at ? r->last_active_at + retention_s * 1000000 : 0;
-    return json_pack("{s:s,s:I,s:s,s:b,s:b,s:o}", "sandbox_id", r->sandbox_id, "generation",
+    return json_pack("{s:s,s:I,s:s,s:b,s:b,s:b,s:o}", "sandbox_id", r->sandbox_id, "generation",
                      (json_int_t)r->generation, "status", "SUSPENDED", "snapshot", snapshot,
-                     "suspended", suspended, "retained_until", sl_json_ts(until, "Z"));
+                     "memory", memory, "suspended", suspended, "retained_until",
+                     sl_json_ts(until, "Z"));
 }
 
 /* Move the route from one status to another at its generation. 1 done, 0
@@ -930,13 +933,68 @@ static int route_move(struct sl_service *svc, struct sl_route *r, const char *fr
     return svc->store->ops->route_cas(svc->store, r, r->generation, expect, err);
 }
 
+/* Where a memory suspend keeps the session's checkpoint: in the sandbox's
+ * directory, beside its workspace (root's, never bound into the sandbox). */
+static void memory_dir(const struct sl_service *svc, const char *sandbox_id, char *out,
+                       size_t size)
+{
+    snprintf(out, size, "%s/%s/memory", svc->cfg->workspace_root, sandbox_id);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+static void memory_dir_remove(const char *dir)
+{
+    (void)nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* With memory: the running session checkpointed into memory_dir() (its
+ * processes end with it). *kept says whether there was one to keep.
+ * Refusals: the backend cannot (501), a background process holds a host
+ * descriptor (409 SANDBOX_SUSPEND_BUSY, with which). */
+static int checkpoint_session(struct sl_service *svc, const struct sl_route *r, bool *kept,
+                              struct sl_error *err)
+{
+    char root[PATH_MAX], dir[PATH_MAX + 16];
+    snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, r->sandbox_id);
+    memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
+    memory_dir_remove(dir); /* an older image (a suspend that did not finish) */
+    struct sl_error why = {0};
+    *kept = false;
+    if (sl_rt_session_checkpoint(svc->runtime, (uid_t)r->sandbox_uid, root, dir, &why) == 0) {
+        *kept = true;
+        return 0;
+    }
+    memory_dir_remove(dir);
+    switch (why.errnum) {
+    case ENOENT: /* nothing runs: nothing to keep but the files */
+        return 0;
+    case ENOTSUP:
+        return sl_error_set(err, "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED", 0,
+                            "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED");
+    case EBUSY:
+        return sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0,
+                            "the sandbox's memory cannot be kept: %s", why.message);
+    default:
+        *err = why;
+        return sl_error_wrap(err, "suspend %s with its memory", r->sandbox_id);
+    }
+}
+
 /* The worker's suspend (§7): nothing may run or hold the sandbox; every
  * process goes (a suspended sandbox costs no process), the directory stays,
- * the capacity slot is freed. No object store in this build: no snapshot. */
-static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool *snapshot,
-                          struct sl_error *err)
+ * the capacity slot is freed. With memory, the processes are checkpointed
+ * first (checkpoint_session). */
+static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool memory,
+                          bool *snapshot, bool *kept_memory, struct sl_error *err)
 {
     *snapshot = false;
+    *kept_memory = false;
     if (strcmp(svc->cfg->suspend_snapshot, "always") == 0 && !svc->blobstore)
         return sl_error_set(err, "SANDBOX_SNAPSHOT_UNAVAILABLE", 0, "SANDBOX_SNAPSHOT_UNAVAILABLE");
     if (svc_execs_running(svc, r->sandbox_id) > 0)
@@ -950,6 +1008,8 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
         if (lockfd < 0)
             return -1;
     }
+    if (memory && rootfd >= 0 && checkpoint_session(svc, r, kept_memory, err) < 0)
+        return -1;
     /* Every process goes first, so the snapshot sees files at rest. */
     svc_live_remove(svc, r->sandbox_id);
     if (sl_rt_kill_sandbox(svc->runtime, (uid_t)r->sandbox_uid, err) < 0)
@@ -987,7 +1047,7 @@ static int owned_by_live_peer(struct sl_service *svc, const struct sl_route *r,
 }
 
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                       struct sl_error *err)
+                       bool memory, struct sl_error *err)
 {
     int64_t retention = svc->cfg->suspended_retention_seconds;
     for (int attempt = 0; attempt < RESOLVE_ATTEMPTS; attempt++) {
@@ -1004,7 +1064,10 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
         if (r.generation != generation) {
             sl_error_set(err, SL_E_STALE_GENERATION, 0, "STALE_SANDBOX_GENERATION");
         } else if (status_is(&r, "SUSPENDED")) {
-            answer = suspend_view(&r, false, false, retention); /* a no-op */
+            /* a no-op; whether memory was kept then is on disk */
+            char dir[PATH_MAX + 16];
+            memory_dir(svc, sandbox_id, dir, sizeof(dir));
+            answer = suspend_view(&r, false, false, access(dir, F_OK) == 0, retention);
         } else if (status_is(&r, "RUNNING") || (status_is(&r, "READY") && r.active_exec_id)) {
             sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
         } else if (status_is(&r, "ASSIGNED")) {
@@ -1022,7 +1085,7 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
             /* lost the claim (rc 0: re-read) or failed */
         } else {
             /* SUSPENDING: ours now, or left by an earlier attempt. */
-            bool snapshot = false;
+            bool snapshot = false, kept_memory = false;
             struct sl_worker_entry owner;
             int live = svc_worker_lookup(svc, r.worker_id, &owner, err);
             bool same_epoch =
@@ -1031,11 +1094,12 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
                 rc = -1;
             } else if (same_epoch && !owner_is_us(svc, &r)) {
                 svc_owned_elsewhere(&r, &owner, err); /* forwarded: it finishes there */
-            } else if (same_epoch && worker_suspend(svc, &r, &snapshot, err) < 0) {
+            } else if (same_epoch &&
+                       worker_suspend(svc, &r, memory, &snapshot, &kept_memory, err) < 0) {
                 struct sl_error ignored = {0};
                 (void)route_move(svc, &r, "SUSPENDING", "READY", false, &ignored);
             } else if ((rc = route_move(svc, &r, "SUSPENDING", "SUSPENDED", true, err)) == 1) {
-                answer = suspend_view(&r, true, snapshot, retention);
+                answer = suspend_view(&r, true, snapshot, kept_memory, retention);
             }
         }
         sl_route_clear(&r);
@@ -1046,6 +1110,44 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
     }
     sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
     return NULL;
+}
+
+/* After a memory suspend: the session restored from its checkpoint, with
+ * the sandbox's templates and ceilings, and the image removed (a restore
+ * reads all of it). A restore that fails leaves the sandbox awake with its
+ * files and no process, as a plain suspend would (said in the log). */
+static bool restore_session(struct sl_service *svc, const struct sl_route *r)
+{
+    char root[PATH_MAX], dir[PATH_MAX + 16];
+    snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, r->sandbox_id);
+    memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
+    if (access(dir, F_OK) < 0)
+        return false;
+    struct sl_rt_mount *mounts = NULL;
+    size_t nmounts = 0;
+    _cleanup_json_ json_t *holder = NULL;
+    int64_t tq[SL_LIMIT_COUNT];
+    struct sl_error err = {0};
+    int rc = svc_template_mounts(svc, r->sandbox_id, &mounts, &nmounts, &holder, &err);
+    if (rc == 0)
+        rc = svc_tenant_limits(svc, r->sandbox_id, tq, NULL, &err);
+    if (rc == 0) {
+        const struct sl_rt_caps caps = {
+            .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
+            .pids = tq[SL_LIMIT_SANDBOX_PIDS] > 0 ? tq[SL_LIMIT_SANDBOX_PIDS] : 0,
+            .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0
+                        ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
+                        : 0,
+        };
+        rc = sl_rt_session_restore(svc->runtime, root, (uid_t)r->sandbox_uid, dir, mounts,
+                                   nmounts, &caps, &err);
+    }
+    free(mounts);
+    if (rc < 0)
+        sl_warn("resume %s: its processes could not be restored, its files are: %s",
+                r->sandbox_id, sl_error_text(&err));
+    memory_dir_remove(dir);
+    return rc == 0;
 }
 
 /* The worker's resume (§7, restore mode "reuse"): the directory must be
@@ -1076,9 +1178,11 @@ static json_t *worker_resume(struct sl_service *svc, struct sl_route *r,
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
+    bool restored = restore_session(svc, r);
     /* §3.16 step 7: awake again, the snapshot has served. */
     svc_snapshot_delete(svc, r->sandbox_id);
     json_t *view = resolve_view(r, owner);
+    json_object_set_new(view, "memory", json_boolean(restored));
     json_object_set_new(view, "resumed", json_true());
     json_object_set_new(view, "workspace_source", json_string(source));
     return view;
@@ -1195,7 +1299,7 @@ int svc_finish_suspend(struct sl_service *svc, const char *sandbox_id, struct sl
     sl_route_clear(&r);
     if (!suspending)
         return 0;
-    json_t *doc = sl_svc_suspend(svc, sandbox_id, gen, err);
+    json_t *doc = sl_svc_suspend(svc, sandbox_id, gen, false, err);
     json_decref(doc);
     return doc ? 1 : -1;
 }

@@ -112,10 +112,11 @@ json_t *sl_svc_connect(struct sl_service *svc, const char *sandbox_id, int64_t g
 json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const char *actor,
                        struct sl_error *err);
 
-/* Suspend / resume (API.md §3.15, §3.16). Until the suspend issue lands
- * both refuse with SANDBOX_SUSPEND_UNSUPPORTED (501). */
+/* Suspend / resume (API.md §3.15, §3.16). memory (ours): the running
+ * session's processes, memory and open files are kept too (a backend that
+ * can checkpoint: gvisor), and resume restores them. */
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
-                       struct sl_error *err);
+                       bool memory, struct sl_error *err);
 json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
 
 /* Templates (API.md §3.13, §6). labels may be NULL ({}).

@@ -3,6 +3,9 @@
  * resumed when its local directory is gone (evicted under disk pressure,
  * or the worker lost its disk).
  *
+ * With a memory suspend, its checkpoint is a part too ("memory"), so the
+ * processes resume on another worker as well.
+ *
  * Layout: checkpoints/<id>/dormant/manifest.json names the current parts,
  * checkpoints/<id>/dormant/<nonce>/<part>.tar.gz. The manifest is written
  * last (the snapshot appears atomically) and deleted first. Parts use the
@@ -27,8 +30,10 @@
 #include "templates/catalog.h"
 #include "workspace/layout.h"
 
-static const char *const PARTS[] = {"workspace", "home", "envs"};
-#define NPARTS 3
+/* memory: a memory suspend's checkpoint (lifecycle.c), when there is one:
+ * root's, never given to the sandbox. */
+static const char *const PARTS[] = {"workspace", "home", "envs", "memory"};
+#define NPARTS 4
 #define MANIFEST_MAX_BYTES (1u << 20)
 
 static void manifest_key(const char *id, char *out, size_t size)
@@ -251,7 +256,10 @@ int svc_snapshot_restore(struct sl_service *svc, const char *sandbox_id, uid_t u
         rc = sl_tpl_extract(staging, part, digest, dest, cfg->template_max_extract_bytes, err);
         unlink(staging);
         chown_uid = uid;
-        if (rc == 0 && (nftw(dest, chown_entry, 16, FTW_PHYS) != 0 || chmod(dest, 0700) < 0))
+        if (rc == 0 && strcmp(part, "memory") == 0)
+            rc = chmod(dest, 0700) < 0 ? sl_error_errno(err, SL_E_INTERNAL, "chmod %s", dest) : 0;
+        else if (rc == 0 &&
+                 (nftw(dest, chown_entry, 16, FTW_PHYS) != 0 || chmod(dest, 0700) < 0))
             rc = sl_error_errno(err, SL_E_INTERNAL, "cannot give %s back to its sandbox", dest);
         if (rc < 0 && !err->code)
             sl_error_set(err, "SANDBOX_SNAPSHOT_FAILED", 0, "SANDBOX_SNAPSHOT_FAILED");

@@ -61,7 +61,8 @@ def test_suspend_stops_everything_keeps_files_and_resume_wakes(client):
     assert r.status == 200, r
     b = r.body
     assert b == {"sandbox_id": sb.id, "generation": sb.generation, "status": "SUSPENDED",
-                 "snapshot": False, "suspended": True, "retained_until": b["retained_until"]}
+                 "snapshot": False, "memory": False, "suspended": True,
+                 "retained_until": b["retained_until"]}
     assert b["retained_until"] and b["retained_until"].endswith("Z")
     # No process, no slot.
     assert wait_for(lambda: not uid_processes(sb.uid), 5), uid_processes(sb.uid)
@@ -81,7 +82,8 @@ def test_suspend_stops_everything_keeps_files_and_resume_wakes(client):
     assert r.body["status"] == "READY" and r.body["generation"] == sb.generation, r
     assert set(r.body) == {"sandbox_id", "worker_id", "worker_epoch", "worker_endpoint",
                            "generation", "sandbox_uid", "status", "storage_mode", "resumed",
-                           "workspace_source"}
+                           "workspace_source", "memory"}
+    assert r.body["memory"] is False, r
     r = resume(sb)
     assert r.status == 200 and r.body["resumed"] is False and \
         r.body["workspace_source"] == "active", r
@@ -123,3 +125,24 @@ def test_resume_after_a_restart_moves_the_generation_and_keeps_the_files(daemon_
     r = sb2.exec(["cat", "/workspace/survivor.txt"])
     assert r.status == 200 and r.body["stdout"] == "still here", r
     assert sb2.release().status == 200
+
+
+def test_the_native_backend_refuses_to_keep_memory(daemon_factory):
+    """Suspend with memory needs a backend that can checkpoint (gVisor):
+    the native one says so, and the sandbox stays awake and usable."""
+    client = daemon_factory({"SANDBOX_EXECUTION_BACKEND": "native"}).client()
+    sb = new_ready(client)
+    assert sb.connect().status == 200
+    assert client.get("/healthz").body["worker"]["capabilities"]["execution_backend"][
+        "name"] == "native"
+    r = sb.exec(["sh", "-c", "setsid sleep 300 > /dev/null 2>&1 &"])
+    assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
+    r = sb.c.post(f"{sb.path}/suspend", json={"generation": sb.generation, "memory": True})
+    assert_error(r, 501, "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED")
+    assert "gvisor" in r.body["detail"]["message"], r.body
+    assert sb.route().body["status"] == "READY"
+    assert sb.exec(["true"]).body["status"] == "SUCCEEDED"
+    assert_error(sb.c.post(f"{sb.path}/suspend",
+                           json={"generation": sb.generation, "memory": "yes"}), 422,
+                 "SANDBOX_INVALID_REQUEST")
+    assert sb.release().status == 200
