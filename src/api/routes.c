@@ -397,6 +397,74 @@ static void h_suspend(struct sl_request *req, struct sl_response *resp)
     sl_v_free(&v);
 }
 
+/* POST /api/v1/sandboxes/{id}/fork {"count": N, "sandbox_ids": [...]}:
+ * the names are the client's, or the source's with "-fork-<hex>". A
+ * tenant's names go into its namespace, as resolve's do. */
+static void h_fork(struct sl_request *req, struct sl_response *resp)
+{
+    struct sl_validation v;
+    sl_v_init(&v);
+    int64_t count = 1;
+    bool has_count = json_object_get(req->body, "count") != NULL;
+    sl_v_int(&v, req->body, "count", false, 1, SL_FORK_MAX, 1, &count);
+    const json_t *names = json_object_get(req->body, "sandbox_ids");
+    bool tenant = req->principal && req->principal->kind == SL_PRINCIPAL_TENANT;
+    size_t room = tenant ? strlen(req->principal->tenant_id) + 1 : 0;
+    if (names && !json_is_null(names)) {
+        size_t n = json_array_size(names);
+        if (!json_is_array(names) || n < 1 || n > SL_FORK_MAX)
+            sl_v_fail(&v, "sandbox_ids", "must be a list of 1 to %d sandbox ids", SL_FORK_MAX);
+        else if (has_count && (size_t)count != n)
+            sl_v_fail(&v, "sandbox_ids", "must name as many sandboxes as count (%lld)",
+                      (long long)count);
+        else
+            count = (int64_t)n;
+        for (size_t i = 0; json_is_array(names) && i < n; i++) {
+            const char *id = json_string_value(json_array_get(names, i));
+            size_t len = id ? strlen(id) : 0;
+            if (!id || len < 3 || len > 128 - room || !sl_v_is_identifier(id))
+                sl_v_fail(&v, "sandbox_ids",
+                          "must hold ids of 3 to %zu characters of A-Z a-z 0-9 _ . : -",
+                          128 - room);
+            for (size_t k = 0; id && k < i; k++)
+                if (strcmp(id, json_string_value(json_array_get(names, k)) ?: "") == 0)
+                    sl_v_fail(&v, "sandbox_ids", "must not name a sandbox twice");
+        }
+    }
+    if (!sl_v_ok(&v)) {
+        respond_invalid(resp, &v);
+        sl_v_free(&v);
+        return;
+    }
+    sl_v_free(&v);
+    char ids[SL_FORK_MAX][136];
+    const char *ptrs[SL_FORK_MAX];
+    struct sl_error err = {0};
+    for (int64_t i = 0; i < count; i++) {
+        const char *given = names ? json_string_value(json_array_get(names, (size_t)i)) : NULL;
+        char hex[9];
+        if (given && tenant)
+            snprintf(ids[i], sizeof(ids[i]), "%s%c%s", req->principal->tenant_id, SL_TENANT_SEP,
+                     given);
+        else if (given)
+            snprintf(ids[i], sizeof(ids[i]), "%s", given);
+        else if (sl_random_hex(hex, 4) < 0 ||
+                 snprintf(ids[i], sizeof(ids[i]), "%.110s-fork-%s", req->params[0], hex) < 0)
+            sl_error_set(&err, SL_E_INTERNAL, 0, "no randomness");
+        if (given && sl_router_id_is_route(given))
+            sl_router_refuse_reserved_id(given, &err);
+        ptrs[i] = ids[i];
+    }
+    if (err.code) {
+        respond_error(resp, &err);
+        return;
+    }
+    char actor[SL_PRINCIPAL_ACTOR_MAX];
+    json_t *doc = sl_svc_fork(req->svc, req->principal, req->params[0], ptrs, (size_t)count,
+                              sl_principal_actor(req->principal, actor), &err);
+    respond_result(resp, doc, &err);
+}
+
 static void h_resume(struct sl_request *req, struct sl_response *resp)
 {
     struct sl_error err = {0};
@@ -1624,6 +1692,9 @@ const struct sl_route_def sl_routes[] = {
      "SuspendResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},
     {"POST", SBX "/resume", h_resume, true, false, "resumeSandbox", "Resume a suspended sandbox",
      NULL, "ResumeResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},
+    {"POST", SBX "/fork", h_fork, true, true, "forkSandbox",
+     "Fork: new sandboxes with a copy of this one's files (and processes, under gVisor)",
+     "ForkRequest", "ForkResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},
     {"POST", SBX "/templates", h_template_publish, true, true, "publishTemplate",
      "Build and publish a template from a sandbox tree", "TemplatePublishRequest",
      "TemplateResponse", NULL, 0, false, false, true, false, SL_CRED_BEARER},

@@ -70,6 +70,12 @@ struct gv_state {
     char init[PATH_MAX];   /* sandloom-init on the host */
     char compat[PATH_MAX]; /* sandloom-gvisor-compat.so beside it */
     const char *network;   /* runsc --network: none | host */
+    /* The container in a user namespace mapping 0 to the sandbox's uid
+     * (commands run as root there, as natively). This runsc starts no
+     * sandbox with the host's network stack in one ("error converting
+     * mounts"): with hostinet, commands run as the sandbox's uid instead,
+     * and such a sandbox cannot be checkpointed anyway. */
+    bool userns;
     json_t *mounts;        /* the read-only part of every bundle's mounts */
     atomic_uint_fast64_t seq;
 };
@@ -376,8 +382,10 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
         snprintf(dst, sizeof(dst), "/envs/%s", tmpl[i].name);
         json_array_append_new(mounts, bind_mount(dst, tmpl[i].host_path, true));
     }
-    json_t *ns = json_pack("[{s:s},{s:s},{s:s},{s:s},{s:s}]", "type", "pid", "type", "ipc",
-                           "type", "uts", "type", "mount", "type", "user");
+    json_t *ns = json_pack("[{s:s},{s:s},{s:s},{s:s}]", "type", "pid", "type", "ipc", "type",
+                           "uts", "type", "mount");
+    if (g->userns)
+        json_array_append_new(ns, json_pack("{s:s}", "type", "user"));
     if (gs->netns_fd >= 0) {
         char path[64];
         snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)getpid(), gs->netns_fd);
@@ -385,20 +393,25 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
     } else if (strcmp(g->network, "none") == 0) {
         json_array_append_new(ns, json_pack("{s:s}", "type", "network"));
     }
-    json_t *ids = json_pack("[{s:i,s:I,s:i}]", "containerID", 0, "hostID", (json_int_t)s->uid,
-                            "size", 1);
+    json_int_t inside = g->userns ? 0 : (json_int_t)s->uid;
     /* The host's name, as a native sandbox's UTS namespace shows it. */
     char hostname[256] = "sandbox";
     (void)gethostname(hostname, sizeof(hostname) - 1);
     json_t *spec = json_pack(
         "{s:s,s:{s:{s:i,s:i},s:[s,s,s,s],s:[s,s],s:s,s:b,s:b,s:{s:[],s:[],s:[],s:[]},s:o},"
-        "s:{s:s,s:b},s:s,s:o,s:{s:o,s:o,s:o}}",
-        "ociVersion", "1.0.2", "process", "user", "uid", 0, "gid", 0, "args", GV_INIT_PATH,
+        "s:{s:s,s:b},s:s,s:o,s:{s:o}}",
+        "ociVersion", "1.0.2", "process", "user", "uid", inside, "gid", inside, "args", GV_INIT_PATH,
         "--session", "0", "--gvisor-compat", "env", "PATH=/usr/bin:/bin", "LANG=C.UTF-8", "cwd", "/", "terminal", 0,
         "noNewPrivileges", 1, "capabilities", "bounding", "effective", "inheritable",
         "permitted", "rlimits", rlimits(lay), "root", "path", g->rootfs, "readonly", 1,
-        "hostname", hostname, "mounts", mounts, "linux", "namespaces", ns, "uidMappings", ids,
-        "gidMappings", json_deep_copy(ids));
+        "hostname", hostname, "mounts", mounts, "linux", "namespaces", ns);
+    if (spec && g->userns) {
+        json_t *ids = json_pack("[{s:i,s:I,s:i}]", "containerID", 0, "hostID",
+                                (json_int_t)s->uid, "size", 1);
+        json_t *linux_ = json_object_get(spec, "linux");
+        json_object_set_new(linux_, "uidMappings", json_deep_copy(ids));
+        json_object_set_new(linux_, "gidMappings", ids);
+    }
     if (!spec)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "gVisor: cannot build the bundle");
     char path[PATH_MAX + 16];
@@ -579,6 +592,17 @@ static bool gv_session_busy(struct sl_runtime *rt, struct rt_session *s)
     return busy;
 }
 
+/* A sandbox on the host's network stack (hostinet) cannot be
+ * checkpointed by this runsc. */
+static int gv_checkpoint_possible(struct sl_runtime *rt, struct sl_error *err)
+{
+    if (gv(rt)->userns)
+        return 0;
+    return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
+                        "this runsc cannot checkpoint a sandbox on the host's network stack: a "
+                        "gVisor worker keeps memory with SANDBOX_NETWORK_MODE=isolated");
+}
+
 /* runsc checkpoint: the sandbox's state written to dir; the container
  * ends with it (this runsc loses it with --leave-running). */
 static int gv_session_checkpoint(struct sl_runtime *rt, struct rt_session *s, const char *dir,
@@ -668,14 +692,6 @@ static int gv_open(struct sl_runtime *rt, const struct sl_rt_options *opt, struc
         return sl_error_set(err, SL_E_CONFIG, 0,
                             "SANDBOX_EXECUTION_BACKEND=gvisor runs commands in warm sessions: "
                             "SANDBOX_SESSION_IDLE_SECONDS must be above 0");
-    /* This runsc (Debian's 20221219) starts no sandbox with the host's
-     * network stack inside a user namespace ("error converting mounts"),
-     * and refuses its own stack in a namespace it did not make: only the
-     * isolated mode (the Sentry's own loopback) works with it. */
-    if (!opt->network_isolated)
-        return sl_error_set(err, SL_E_CONFIG, 0,
-                            "SANDBOX_EXECUTION_BACKEND=gvisor needs SANDBOX_NETWORK_MODE=isolated "
-                            "with this runsc (the private and host modes are not supported yet)");
     struct gv_state *g = calloc(1, sizeof(*g));
     if (!g)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
@@ -685,6 +701,7 @@ static int gv_open(struct sl_runtime *rt, const struct sl_rt_options *opt, struc
     snprintf(g->platform, sizeof(g->platform), "%s",
              opt->gvisor_platform ? opt->gvisor_platform : "ptrace");
     g->network = opt->network_isolated ? "none" : "host";
+    g->userns = opt->network_isolated;
     if (!realpath(opt->init_path, g->init))
         return sl_error_errno(err, SL_E_CONFIG, "cannot find sandloom-init at %s",
                               opt->init_path);
@@ -753,5 +770,6 @@ const struct rt_backend rt_backend_gvisor = {
     .session_busy = gv_session_busy,
     .session_mounts = gv_session_mounts,
     .session_checkpoint = gv_session_checkpoint,
+    .checkpoint_possible = gv_checkpoint_possible,
     .exec_cgroups = false,
 };

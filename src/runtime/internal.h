@@ -72,6 +72,9 @@ struct rt_backend {
      * `dir` and end s. NULL: the backend cannot (the native one). */
     int (*session_checkpoint)(struct sl_runtime *rt, struct rt_session *s, const char *dir,
                               struct sl_error *err);
+    /* Whether session_checkpoint can work with this runtime's options: 0,
+     * or -1 with err (ENOTSUP and why), asked before anything is touched. */
+    int (*checkpoint_possible)(struct sl_runtime *rt, struct sl_error *err);
     /* A command can be put in a host cgroup of its own by init's child. */
     bool exec_cgroups;
 };

@@ -738,8 +738,11 @@ int sl_rt_session_checkpoint(struct sl_runtime *rt, uid_t uid, const char *root,
 {
     if (!rt->backend->session_checkpoint)
         return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
-                            "the %s execution backend cannot keep a sandbox's memory",
+                            "the %s execution backend cannot keep a sandbox's memory "
+                            "(SANDBOX_EXECUTION_BACKEND=gvisor can)",
                             rt->backend->name);
+    if (rt->backend->checkpoint_possible && rt->backend->checkpoint_possible(rt, err) < 0)
+        return -1;
     struct rt_session *s = session_idle_ref(rt, uid, root, err);
     if (!s)
         return -1;
@@ -808,6 +811,9 @@ int sl_rt_session_restore(struct sl_runtime *rt, const char *root, uid_t uid, co
                             "the %s execution backend cannot keep a sandbox's memory",
                             rt->backend->name);
     const struct sl_rt_egress none = {0};
+    /* A session the uid has already (a warm pool's, made before its
+     * sandbox was a fork) gives way to the restored one. */
+    rt_session_stop_uid(rt, uid);
     pthread_mutex_lock(&rt->sessions_lock);
     struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, &none, dir, err);
     if (s) {

@@ -297,6 +297,22 @@ int64_t svc_template_total(struct sl_service *svc);
 void svc_execs_forget(struct sl_service *svc, const char *sandbox_id);
 /* Executions of this sandbox running on this worker now. */
 int svc_execs_running(struct sl_service *svc, const char *sandbox_id);
+
+/* Memory suspend and fork (lifecycle.c, fork.c). Where a memory suspend
+ * keeps the session's checkpoint: in the sandbox's directory, beside its
+ * workspace (root's, never bound into the sandbox). */
+void svc_memory_dir(const struct sl_service *svc, const char *sandbox_id, char *out, size_t size);
+/* A new route (generation 1, ASSIGNED) placed on this worker, whatever
+ * placement would choose (fork: the copies are made here). 0, or -1 with
+ * err (NO_SANDBOX_WORKER_AVAILABLE when this worker is full). */
+int svc_route_insert_here(struct sl_service *svc, const char *sandbox_id, const char *scope,
+                          const char *actor, struct sl_error *err);
+/* A checkpoint image's directory, and all in it, removed. */
+void svc_image_remove(const char *dir);
+/* The sandbox's session started from the checkpoint in `image`, with its
+ * templates and its tenant's ceilings. */
+int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t uid,
+                        const char *image, struct sl_error *err);
 /* SIGKILL to every execution of this sandbox running here (their process
  * groups; they then end through their normal path): how many were sent. */
 int svc_execs_kill(struct sl_service *svc, const char *sandbox_id);

@@ -523,6 +523,21 @@ static int insert_new_route(struct sl_service *svc, const char *sandbox_id, cons
     return svc_route_insert_new(svc, &r, err);
 }
 
+int svc_route_insert_here(struct sl_service *svc, const char *sandbox_id, const char *scope,
+                          const char *actor, struct sl_error *err)
+{
+    if (ws_sandbox_id_check(sandbox_id, err) < 0)
+        return -1;
+    struct sl_worker_entry self;
+    int live = svc_worker_lookup(svc, svc->worker_id, &self, err);
+    if (live < 0)
+        return -1;
+    if (!live || strcmp(self.worker_epoch, svc->worker_epoch) != 0 ||
+        self.running_sessions >= self.capacity)
+        return sl_error_set(err, SL_E_NO_WORKER, 0, "NO_SANDBOX_WORKER_AVAILABLE");
+    return insert_new_route(svc, sandbox_id, scope, &self, actor, err);
+}
+
 int svc_route_insert_new(struct sl_service *svc, struct sl_route *r, struct sl_error *err)
 {
     const struct sl_config *cfg = svc->cfg;
@@ -933,10 +948,7 @@ static int route_move(struct sl_service *svc, struct sl_route *r, const char *fr
     return svc->store->ops->route_cas(svc->store, r, r->generation, expect, err);
 }
 
-/* Where a memory suspend keeps the session's checkpoint: in the sandbox's
- * directory, beside its workspace (root's, never bound into the sandbox). */
-static void memory_dir(const struct sl_service *svc, const char *sandbox_id, char *out,
-                       size_t size)
+void svc_memory_dir(const struct sl_service *svc, const char *sandbox_id, char *out, size_t size)
 {
     snprintf(out, size, "%s/%s/memory", svc->cfg->workspace_root, sandbox_id);
 }
@@ -948,7 +960,7 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
     return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
 }
 
-static void memory_dir_remove(const char *dir)
+void svc_image_remove(const char *dir)
 {
     (void)nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
@@ -962,21 +974,20 @@ static int checkpoint_session(struct sl_service *svc, const struct sl_route *r, 
 {
     char root[PATH_MAX], dir[PATH_MAX + 16];
     snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, r->sandbox_id);
-    memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
-    memory_dir_remove(dir); /* an older image (a suspend that did not finish) */
+    svc_memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
+    svc_image_remove(dir); /* an older image (a suspend that did not finish) */
     struct sl_error why = {0};
     *kept = false;
     if (sl_rt_session_checkpoint(svc->runtime, (uid_t)r->sandbox_uid, root, dir, &why) == 0) {
         *kept = true;
         return 0;
     }
-    memory_dir_remove(dir);
+    svc_image_remove(dir);
     switch (why.errnum) {
     case ENOENT: /* nothing runs: nothing to keep but the files */
         return 0;
     case ENOTSUP:
-        return sl_error_set(err, "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED", 0,
-                            "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED");
+        return sl_error_set(err, "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED", 0, "%s", why.message);
     case EBUSY:
         return sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0,
                             "the sandbox's memory cannot be kept: %s", why.message);
@@ -1066,7 +1077,7 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
         } else if (status_is(&r, "SUSPENDED")) {
             /* a no-op; whether memory was kept then is on disk */
             char dir[PATH_MAX + 16];
-            memory_dir(svc, sandbox_id, dir, sizeof(dir));
+            svc_memory_dir(svc, sandbox_id, dir, sizeof(dir));
             answer = suspend_view(&r, false, false, access(dir, F_OK) == 0, retention);
         } else if (status_is(&r, "RUNNING") || (status_is(&r, "READY") && r.active_exec_id)) {
             sl_error_set(err, "SANDBOX_SUSPEND_BUSY", 0, "SANDBOX_SUSPEND_BUSY");
@@ -1112,25 +1123,18 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
     return NULL;
 }
 
-/* After a memory suspend: the session restored from its checkpoint, with
- * the sandbox's templates and ceilings, and the image removed (a restore
- * reads all of it). A restore that fails leaves the sandbox awake with its
- * files and no process, as a plain suspend would (said in the log). */
-static bool restore_session(struct sl_service *svc, const struct sl_route *r)
+int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t uid,
+                        const char *image, struct sl_error *err)
 {
-    char root[PATH_MAX], dir[PATH_MAX + 16];
-    snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, r->sandbox_id);
-    memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
-    if (access(dir, F_OK) < 0)
-        return false;
+    char root[PATH_MAX];
+    snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, sandbox_id);
     struct sl_rt_mount *mounts = NULL;
     size_t nmounts = 0;
     _cleanup_json_ json_t *holder = NULL;
     int64_t tq[SL_LIMIT_COUNT];
-    struct sl_error err = {0};
-    int rc = svc_template_mounts(svc, r->sandbox_id, &mounts, &nmounts, &holder, &err);
+    int rc = svc_template_mounts(svc, sandbox_id, &mounts, &nmounts, &holder, err);
     if (rc == 0)
-        rc = svc_tenant_limits(svc, r->sandbox_id, tq, NULL, &err);
+        rc = svc_tenant_limits(svc, sandbox_id, tq, NULL, err);
     if (rc == 0) {
         const struct sl_rt_caps caps = {
             .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
@@ -1139,14 +1143,28 @@ static bool restore_session(struct sl_service *svc, const struct sl_route *r)
                         ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
                         : 0,
         };
-        rc = sl_rt_session_restore(svc->runtime, root, (uid_t)r->sandbox_uid, dir, mounts,
-                                   nmounts, &caps, &err);
+        rc = sl_rt_session_restore(svc->runtime, root, uid, image, mounts, nmounts, &caps, err);
     }
     free(mounts);
+    return rc;
+}
+
+/* After a memory suspend: the session restored from its checkpoint and
+ * the image removed (a restore reads all of it). A restore that fails
+ * leaves the sandbox awake with its files and no process, as a plain
+ * suspend would (said in the log). */
+static bool restore_session(struct sl_service *svc, const struct sl_route *r)
+{
+    char dir[PATH_MAX + 16];
+    svc_memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
+    if (access(dir, F_OK) < 0)
+        return false;
+    struct sl_error err = {0};
+    int rc = svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &err);
     if (rc < 0)
         sl_warn("resume %s: its processes could not be restored, its files are: %s",
                 r->sandbox_id, sl_error_text(&err));
-    memory_dir_remove(dir);
+    svc_image_remove(dir);
     return rc == 0;
 }
 

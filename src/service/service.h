@@ -118,6 +118,15 @@ json_t *sl_svc_release(struct sl_service *svc, const char *sandbox_id, const cha
 json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t generation,
                        bool memory, struct sl_error *err);
 json_t *sl_svc_resume(struct sl_service *svc, const char *sandbox_id, struct sl_error *err);
+/* Fork (ours, service/fork.c): `count` new sandboxes named `ids` from a
+ * READY (idle) or SUSPENDED one on this worker: its files copied, and its
+ * processes restored into each where the backend can checkpoint. `who`
+ * (may be NULL) has its sandbox quota checked for each. */
+#define SL_FORK_MAX 16
+struct sl_principal;
+json_t *sl_svc_fork(struct sl_service *svc, const struct sl_principal *who,
+                    const char *sandbox_id, const char *const *ids, size_t count,
+                    const char *actor, struct sl_error *err);
 
 /* Templates (API.md §3.13, §6). labels may be NULL ({}).
  *

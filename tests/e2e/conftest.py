@@ -154,11 +154,8 @@ class Daemon:
         # SANDLOOM_TEST_BACKEND=gvisor: the suites run again with every
         # sandbox under gVisor (runtime/gvisor.c) unless a test picks a
         # backend itself.
-        # (gVisor runs the isolated network mode only: runtime/gvisor.c.)
         if os.environ.get("SANDLOOM_TEST_BACKEND"):
             env_full["SANDBOX_EXECUTION_BACKEND"] = os.environ["SANDLOOM_TEST_BACKEND"]
-            if os.environ["SANDLOOM_TEST_BACKEND"] == "gvisor":
-                env_full["SANDBOX_NETWORK_MODE"] = "isolated"
         # SANDLOOM_TEST_WARM_POOL=<n>: every daemon keeps n sandboxes prepared
         # (service/warm.c), so the suites run on sandboxes whose session was
         # made before their create.

@@ -150,6 +150,26 @@ def test_memory_suspend_refuses_a_process_holding_the_output(gv):
     assert sb.release().status == 200
 
 
+def test_the_private_network_mode_runs_but_keeps_no_memory(daemon_factory):
+    """Private mode: the Sentry on the host's network stack inside the
+    sandbox's own network namespace (this runsc refuses its own stack
+    there), which this runsc cannot checkpoint: said, and nothing lost."""
+    d = daemon_factory(dict(GVISOR, SANDBOX_NETWORK_MODE="private"))
+    sb = ready(d.client())
+    out = sh(sb, "cat /etc/resolv.conf; cat /proc/net/route | wc -l")
+    assert "nameserver" in out, out
+    # The host's own services stay out of reach, as natively.
+    r = sb.exec(["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', "
+                 f"{d.port}), timeout=2)"])
+    assert r.body["exit_code"] != 0, r
+    sh(sb, "sleep 300 > /dev/null 2>&1 < /dev/null &")
+    r = suspend(sb)
+    assert_error(r, 501, "SANDBOX_MEMORY_SUSPEND_UNSUPPORTED")
+    assert "SANDBOX_NETWORK_MODE=isolated" in r.body["detail"]["message"], r.body
+    assert "sleep 300" in sh(sb, "ps -eo args")
+    assert sb.release().status == 200
+
+
 def test_memory_suspend_of_a_sandbox_that_runs_nothing_keeps_its_files(gv):
     sb = ready(gv.client())
     assert sb.write("/workspace/a", "x").status == 200
@@ -186,11 +206,52 @@ def test_memory_resumes_on_a_new_worker_from_the_object_store(s3, daemon_factory
     assert sb2.release().status == 200
 
 
+def copy_of(client, record):
+    sb = Sandbox(client, record["sandbox_id"], record["sandbox_id"])
+    sb.generation, sb.uid = record["generation"], record["sandbox_uid"]
+    return sb
+
+
+def test_fork_of_a_running_server_gives_independent_copies(gv):
+    c = gv.client()
+    src = ready(c)
+    start_server(src)
+    sh(src, "echo source > /workspace/who")
+    token, count = ask(src)
+    r = src.c.post(f"{src.path}/fork", json={"count": 3})
+    assert r.status == 200, r
+    assert r.body["memory"] is True and len(r.body["forks"]) == 3, r.body
+    copies = [copy_of(c, f) for f in r.body["forks"]]
+    assert len({x.uid for x in copies} | {src.uid}) == 4, r.body
+    for i, x in enumerate(copies):
+        assert r.body["forks"][i]["memory"] is True
+        # The same server process, restored: its count goes on from the
+        # checkpoint, in each copy on its own.
+        assert ask(x) == (token, count + 1), i
+        assert ask(x) == (token, count + 2), i
+        assert sh(x, f"cat /workspace/who; echo copy{i} > /workspace/who") == "source\n"
+        assert (gv.sandbox_root / x.id / "workspace" / "who").stat().st_uid == x.uid
+    # The source goes on too, and the files have diverged.
+    assert ask(src) == (token, count + 1)
+    assert sh(src, "cat /workspace/who") == "source\n"
+    assert [sh(x, "cat /workspace/who") for x in copies] == ["copy0\n", "copy1\n", "copy2\n"]
+    # A memory-suspended sandbox forks from its checkpoint and stays asleep.
+    assert suspend(src).body["memory"] is True
+    r = src.c.post(f"{src.path}/fork", json={"count": 1})
+    assert r.status == 200 and r.body["memory"] is True, r
+    late = copy_of(c, r.body["forks"][0])
+    assert ask(late) == (token, count + 2)
+    assert src.route().body["status"] == "SUSPENDED"
+    r = src.c.post(f"{src.path}/resume")
+    assert r.status == 200 and r.body["memory"] is True, r
+    assert ask(src) == (token, count + 2)
+    for x in copies + [late, src]:
+        assert x.release().status == 200
+
+
 def test_the_backend_refuses_to_start_where_it_cannot_work(daemon_factory):
     code, err = daemon_factory(dict(GVISOR, SANDBOX_GVISOR_RUNSC="/nonexistent/runsc"),
                                expect_exit=True)
     assert code == 3 and "no runsc at /nonexistent/runsc" in err, err
-    code, err = daemon_factory(dict(GVISOR, SANDBOX_NETWORK_MODE="private"), expect_exit=True)
-    assert code == 3 and "SANDBOX_NETWORK_MODE=isolated" in err, err
     code, err = daemon_factory(dict(GVISOR, SANDBOX_SESSION_IDLE_SECONDS="0"), expect_exit=True)
     assert code == 3 and "warm sessions" in err, err
