@@ -58,6 +58,9 @@
 #define GV_COMPAT_PATH "/.sandloom/gvisor-compat.so"
 /* How long `runsc run -detach` may take to leave a sandbox running. */
 #define GV_START_TIMEOUT_MS 15000
+/* Checkpoint and restore scale with the memory held (about 0.7 s per
+ * 100 MB measured each way): minutes for the largest sandboxes. */
+#define GV_IMAGE_TIMEOUT_MS 300000
 /* The state directory's path; every path built from it fits PATH_MAX. */
 #define GV_DIR_MAX 2048
 
@@ -124,8 +127,21 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
         return sl_error_errno(err, SL_E_RUNTIME, "gVisor: cannot open %s", log ? log : "/dev/null");
     }
     static char *const envp[] = {(char *)"PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL};
+    /* The daemon blocks SIGTERM and SIGINT in every thread and ignores
+     * SIGPIPE: runsc, and the sandbox and gofer it leaves running, get
+     * an empty mask and the default actions. Blocked across the fork, so
+     * no handler of the daemon's runs in the child. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
     pid_t pid = fork();
     if (pid == 0) {
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        for (int sig = 1; sig < NSIG; sig++)
+            (void)sigaction(sig, &dfl, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
         for (int i = 0; i < ncg; i++)
             if (write(cgfds[i], "0", 1) != 1)
                 _exit(125);
@@ -137,6 +153,7 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
         _exit(127);
     }
     int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     close(null_fd);
     close(log_fd);
     if (pid < 0) {
@@ -151,8 +168,13 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid)
             break;
-        if (r < 0 && errno != EINTR)
+        if (r < 0 && errno != EINTR) {
+            int e = errno;
+            kill(pid, SIGKILL);
+            (void)waitpid(pid, &status, 0);
+            errno = e;
             return sl_error_errno(err, SL_E_RUNTIME, "gVisor: lost runsc");
+        }
         if (sl_mono_us() > deadline) {
             kill(pid, SIGKILL);
             (void)waitpid(pid, &status, 0);
@@ -190,23 +212,18 @@ static void log_tail(const char *path, char *out, size_t size)
 }
 
 /* What runsc prints on stdout (at most size-1 bytes, NUL-terminated):
- * its exit status, or -1 with err. The output is small (a version, a
- * process table), so a pipe holds it until runsc has ended. */
+ * its exit status, or -1 with err. Written to an unlinked file rather
+ * than a pipe, so a long answer (a process table) never blocks runsc. */
 static int runsc_capture(struct gv_state *g, char *const *args, char *buf, size_t size,
                          struct sl_error *err)
 {
-    int p[2];
-    if (pipe2(p, O_CLOEXEC) < 0)
-        return sl_error_errno(err, SL_E_RUNTIME, "gVisor: pipe");
-    int rc = runsc_run(g, args, -1, p[1], NULL, 0, NULL, 10000, err);
-    close(p[1]);
-    size_t len = 0;
-    ssize_t n;
-    (void)fcntl(p[0], F_SETFL, O_NONBLOCK);
-    while (len < size - 1 && (n = read(p[0], buf + len, size - 1 - len)) > 0)
-        len += (size_t)n;
-    buf[len] = '\0';
-    close(p[0]);
+    int fd = open(g->dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "gVisor: cannot make a file in %s", g->dir);
+    int rc = runsc_run(g, args, -1, fd, NULL, 0, NULL, 10000, err);
+    ssize_t n = pread(fd, buf, size - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    close(fd);
     return rc;
 }
 
@@ -393,7 +410,7 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
     } else if (strcmp(g->network, "none") == 0) {
         json_array_append_new(ns, json_pack("{s:s}", "type", "network"));
     }
-    json_int_t inside = g->userns ? 0 : (json_int_t)s->uid;
+    int inside = g->userns ? 0 : (int)s->uid;
     /* The host's name, as a native sandbox's UTS namespace shows it. */
     char hostname[256] = "sandbox";
     (void)gethostname(hostname, sizeof(hostname) - 1);
@@ -526,7 +543,8 @@ static int gv_session_start(struct sl_runtime *rt, struct rt_session *s, int ctl
     char *restore_args[] = {(char *)"restore", (char *)"--detach", image_flag, bundle_flag,
                             pid_flag,          gs->id,             NULL};
     char **args = s->restore_image ? restore_args : run_args;
-    int rc = runsc_run(g, args, ctl, -1, cgfds, ncg, log, GV_START_TIMEOUT_MS, err);
+    int rc = runsc_run(g, args, ctl, -1, cgfds, ncg, log,
+                       s->restore_image ? GV_IMAGE_TIMEOUT_MS : GV_START_TIMEOUT_MS, err);
     for (int i = 0; i < ncg; i++)
         close(cgfds[i]);
     if (rc < 0)
@@ -613,8 +631,7 @@ static int gv_session_checkpoint(struct sl_runtime *rt, struct rt_session *s, co
     snprintf(image_flag, sizeof(image_flag), "--image-path=%s", dir);
     snprintf(log, sizeof(log), "%s/runsc.log", gs->bundle);
     char *args[] = {(char *)"checkpoint", image_flag, gs->id, NULL};
-    /* Under a minute for a few GiB (about 0.7 s per 100 MB measured). */
-    int rc = runsc_run(gv(rt), args, -1, -1, NULL, 0, log, 120000, err);
+    int rc = runsc_run(gv(rt), args, -1, -1, NULL, 0, log, GV_IMAGE_TIMEOUT_MS, err);
     if (rc > 0) {
         char why[512];
         log_tail(log, why, sizeof(why));

@@ -115,6 +115,12 @@ struct rt_session {
     /* Adopted, and not yet given its sandbox's egress rules: the next
      * session_get writes them before any command of the sandbox runs. */
     bool egress_pending;
+    /* In the table while its boundary is built outside sessions_lock (a
+     * gVisor sandbox takes a fraction of a second): a command of the same
+     * sandbox waits on sessions_changed for it, others go on. */
+    bool starting;
+    /* Being checkpointed: no command may start on it (or beside it). */
+    bool checkpointing;
 };
 
 /* ---- supervision (supervise.c) ---- */
@@ -207,6 +213,7 @@ struct sl_runtime {
     struct rt_supervisor sup;
 
     pthread_mutex_t sessions_lock;
+    pthread_cond_t sessions_changed; /* a session stopped starting or checkpointing */
     struct rt_session **sessions;
     size_t n_sessions, cap_sessions;
 };

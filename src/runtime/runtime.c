@@ -184,6 +184,7 @@ void sl_rt_close(struct sl_runtime *rt)
     sl_spawn_layout_free(&rt->layout);
     sl_cgroups_close(rt->cgroups);
     pthread_mutex_destroy(&rt->sessions_lock);
+    pthread_cond_destroy(&rt->sessions_changed);
     free(rt->sessions);
     free(rt);
 }
@@ -213,6 +214,7 @@ int sl_rt_open(const struct sl_rt_options *opt, struct sl_runtime **out, struct 
     rt->backend = backend;
     atomic_init(&rt->running, 0);
     pthread_mutex_init(&rt->sessions_lock, NULL);
+    pthread_cond_init(&rt->sessions_changed, NULL);
     rt->net_ns = opt->network_isolated || opt->privnet;
     rt->privnet = opt->privnet;
     rt->warm_sessions = opt->warm_sessions;

@@ -86,11 +86,10 @@ static bool session_alive(const struct rt_session *s)
     return s->pidfd >= 0 && poll(&p, 1, 0) == 0;
 }
 
-static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
-                                        const struct sl_rt_mount *mounts, size_t nmounts,
-                                        const struct sl_rt_caps *caps,
-                                        const struct sl_rt_egress *egress,
-                                        const char *restore_image, struct sl_error *err)
+/* A session not started yet: its fields and template set. */
+static struct rt_session *session_new(struct sl_runtime *rt, const char *root, uid_t uid,
+                                      const struct sl_rt_mount *mounts, size_t nmounts,
+                                      struct sl_error *err)
 {
     struct rt_session *s = calloc(1, sizeof(*s));
     if (!s) {
@@ -100,32 +99,81 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
     s->uid = uid;
     s->cgroups = rt->cgroups;
     s->pidfd = s->ctl_fd = s->net_slot = -1;
-    s->restore_image = restore_image;
     snprintf(s->root, sizeof(s->root), "%s", root);
     pthread_mutex_init(&s->write_lock, NULL);
-    int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
-        sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: socketpair");
-        session_free(rt, s);
-        return NULL;
-    }
     if (rt_mount_set_copy(&s->mounts, mounts, nmounts) < 0) {
-        close(sv[0]);
-        close(sv[1]);
         session_free(rt, s);
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    int rc = rt->backend->session_start(rt, s, sv[1], mounts, nmounts, caps, egress, err);
+    return s;
+}
+
+/* Build s's boundary around sandloom-init (from restore_image when set):
+ * the backend's session_start, with a new control socket. */
+static int session_boot(struct sl_runtime *rt, struct rt_session *s,
+                        const struct sl_rt_caps *caps, const struct sl_rt_egress *egress,
+                        const char *restore_image, struct sl_error *err)
+{
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: socketpair");
+    s->restore_image = restore_image;
+    struct sl_rt_mount *mounts = calloc(s->mounts.n + 1, sizeof(*mounts));
+    if (!mounts) {
+        close(sv[0]);
+        close(sv[1]);
+        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < s->mounts.n; i++)
+        mounts[i] = (struct sl_rt_mount){.name = s->mounts.names[i], .host_path = s->mounts.paths[i]};
+    int rc = rt->backend->session_start(rt, s, sv[1], mounts, s->mounts.n, caps, egress, err);
+    free(mounts);
+    s->restore_image = NULL; /* the caller's, used up */
     close(sv[1]);
     if (rc < 0) {
         close(sv[0]);
+        return -1;
+    }
+    s->ctl_fd = sv[0];
+    return 0;
+}
+
+static struct rt_session *session_start(struct sl_runtime *rt, const char *root, uid_t uid,
+                                        const struct sl_rt_mount *mounts, size_t nmounts,
+                                        const struct sl_rt_caps *caps,
+                                        const struct sl_rt_egress *egress, struct sl_error *err)
+{
+    struct rt_session *s = session_new(rt, root, uid, mounts, nmounts, err);
+    if (s && session_boot(rt, s, caps, egress, NULL, err) < 0) {
         session_free(rt, s);
         return NULL;
     }
-    s->ctl_fd = sv[0];
-    s->restore_image = NULL; /* the caller's, used up */
     return s;
+}
+
+/* s, a placeholder in the table with one reference (the caller's), has
+ * been booted (rc): it stops starting, and the waiters are woken. true
+ * when it runs; false (err set, the reference dropped) when it failed or
+ * was stopped meanwhile. */
+static bool session_started(struct sl_runtime *rt, struct rt_session *s, int rc,
+                            struct sl_error *err)
+{
+    pthread_mutex_lock(&rt->sessions_lock);
+    s->starting = false;
+    bool lost = rc < 0 || s->dead;
+    if (lost && !s->dead) {
+        s->dead = true;
+        table_remove(rt, s);
+    }
+    pthread_cond_broadcast(&rt->sessions_changed);
+    pthread_mutex_unlock(&rt->sessions_lock);
+    if (!lost)
+        return true;
+    if (rc == 0)
+        sl_error_set(err, SL_E_RUNTIME, EPIPE, "the sandbox was stopped while it started");
+    session_put(rt, s);
+    return false;
 }
 
 /* New ceilings for a running session: its cgroup limits written again
@@ -181,7 +229,10 @@ static bool session_set_egress(struct sl_runtime *rt, struct rt_session *s,
 }
 
 /* The live session of uid, started if needed; returned with refs and
- * active taken. */
+ * active taken. A session is built outside sessions_lock, as a "starting"
+ * placeholder in the table: a first command of the same sandbox waits for
+ * it (two must not start two sessions), and commands of other sandboxes
+ * are not held up by it. */
 static struct rt_session *session_get(struct sl_runtime *rt, const char *root, uid_t uid,
                                       const struct sl_rt_mount *mounts, size_t nmounts,
                                       const struct sl_rt_caps *caps,
@@ -189,10 +240,22 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
                                       struct sl_error *err)
 {
     pthread_mutex_lock(&rt->sessions_lock);
+again:
     for (size_t i = 0; i < rt->n_sessions; i++) {
         struct rt_session *s = rt->sessions[i];
         if (s->uid != uid)
             continue;
+        if (s->starting) {
+            pthread_cond_wait(&rt->sessions_changed, &rt->sessions_lock);
+            goto again;
+        }
+        if (s->checkpointing) {
+            pthread_mutex_unlock(&rt->sessions_lock);
+            sl_error_set(err, SL_E_RUNTIME, EBUSY,
+                         "the sandbox's processes are being checkpointed (a suspend or a "
+                         "fork): retry when it is done");
+            return NULL;
+        }
         if (!s->dead && session_alive(s) && strcmp(s->root, root) == 0 &&
             (!s->egress_pending || session_set_egress(rt, s, egress))) {
             s->refs++;
@@ -208,27 +271,29 @@ static struct rt_session *session_get(struct sl_runtime *rt, const char *root, u
             pthread_mutex_unlock(&rt->sessions_lock);
             session_free(rt, s);
             pthread_mutex_lock(&rt->sessions_lock);
+            goto again;
         }
         break;
     }
-    /* Start under the lock: two first executions of one sandbox must not
-     * start two sessions. Starting is one sandbox build (milliseconds). */
-    struct rt_session *s =
-        session_start(rt, root, uid, mounts, nmounts, caps, egress, NULL, err);
-    if (s && caps)
-        s->caps = *caps;
-    if (s && table_add(rt, s) < 0) {
+    struct rt_session *s = session_new(rt, root, uid, mounts, nmounts, err);
+    if (!s) {
+        pthread_mutex_unlock(&rt->sessions_lock);
+        return NULL;
+    }
+    if (table_add(rt, s) < 0) {
         pthread_mutex_unlock(&rt->sessions_lock);
         session_free(rt, s);
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
         return NULL;
     }
-    if (s) {
-        s->refs = 1;
-        s->active = 1;
-    }
+    s->starting = true;
+    s->refs = 1;
+    s->active = 1;
+    if (caps)
+        s->caps = *caps;
     pthread_mutex_unlock(&rt->sessions_lock);
-    return s;
+    int rc = session_boot(rt, s, caps, egress, NULL, err);
+    return session_started(rt, s, rc, err) ? s : NULL;
 }
 
 /* Is the caller's execution the only one on s? */
@@ -591,22 +656,49 @@ void sl_rt_session_drop(struct sl_runtime *rt, uid_t uid, const char *root)
 
 void rt_sessions_stop_all(struct sl_runtime *rt) { stop_matching(rt, pick_all, NULL); }
 
-struct idle_arg {
-    struct sl_runtime *rt;
-    int64_t now_us, idle_us;
-};
-
-static bool pick_idle(struct rt_session *s, void *arg)
-{
-    const struct idle_arg *a = arg;
-    return s->active == 0 && s->refs == 0 && !s->prepared &&
-           a->now_us - s->last_used_us >= a->idle_us && !a->rt->backend->session_busy(a->rt, s);
-}
-
+/* Idle sessions stop in two passes: the candidates (unused for idle_ms,
+ * nothing in flight) are taken under sessions_lock, and asked whether they
+ * run anything outside it (a gVisor sandbox is asked through runsc, which
+ * must not hold up every command of the worker); those still unused then
+ * stop. */
 int sl_rt_reap_idle(struct sl_runtime *rt, int64_t idle_ms)
 {
-    struct idle_arg a = {.rt = rt, .now_us = sl_mono_us(), .idle_us = idle_ms * 1000};
-    return stop_matching(rt, pick_idle, &a);
+    int64_t now = sl_mono_us(), idle_us = idle_ms * 1000;
+    struct rt_session *cand[64];
+    size_t n = 0;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < rt->n_sessions && n < SL_ARRAY_LEN(cand); i++) {
+        struct rt_session *s = rt->sessions[i];
+        if (s->active == 0 && s->refs == 0 && !s->prepared && !s->starting &&
+            !s->checkpointing && !s->dead && now - s->last_used_us >= idle_us) {
+            s->refs++;
+            cand[n++] = s;
+        }
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    bool busy[SL_ARRAY_LEN(cand)];
+    for (size_t i = 0; i < n; i++)
+        busy[i] = rt->backend->session_busy(rt, cand[i]);
+    int stopped = 0;
+    pthread_mutex_lock(&rt->sessions_lock);
+    for (size_t i = 0; i < n; i++) {
+        struct rt_session *s = cand[i];
+        /* Still only ours, and not used meanwhile. */
+        busy[i] = busy[i] || s->refs != 1 || s->active != 0 || s->dead || s->checkpointing ||
+                  sl_mono_us() - s->last_used_us < idle_us;
+        if (!busy[i]) {
+            s->dead = true;
+            table_remove(rt, s);
+            stopped++;
+        }
+    }
+    pthread_mutex_unlock(&rt->sessions_lock);
+    for (size_t i = 0; i < n; i++) {
+        if (!busy[i])
+            (void)sl_pidfd_send_signal(cand[i]->pidfd, SIGKILL);
+        session_put(rt, cand[i]);
+    }
+    return stopped;
 }
 
 int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
@@ -621,7 +713,7 @@ int sl_rt_session_prepare(struct sl_runtime *rt, const char *root, uid_t uid,
     const struct sl_rt_egress defaults = {0};
     /* Built outside sessions_lock, unlike session_get's: nobody else knows
      * this uid yet, and every command's session lookup takes that lock. */
-    struct rt_session *s = session_start(rt, root, uid, NULL, 0, &none, &defaults, NULL, err);
+    struct rt_session *s = session_start(rt, root, uid, NULL, 0, &none, &defaults, err);
     if (!s)
         return -1;
     s->caps = none;
@@ -778,26 +870,33 @@ int sl_rt_session_checkpoint(struct sl_runtime *rt, uid_t uid, const char *root,
         session_put(rt, s);
         return -1;
     }
-    /* No command may start on it from here: it is taken out of the table
-     * (a command of the sandbox now would start a new session: the service
-     * holds the sandbox's lock while it suspends, so none comes). */
+    /* No command may start on it, nor a new session beside it, from here
+     * (session_get answers EBUSY): commands on a terminal take no lock of
+     * the service's. */
     pthread_mutex_lock(&rt->sessions_lock);
     bool still = !s->dead && s->active == 0;
-    if (still) {
-        s->dead = true;
-        table_remove(rt, s);
-    }
+    if (still)
+        s->checkpointing = true;
     pthread_mutex_unlock(&rt->sessions_lock);
     if (!still) {
         session_put(rt, s);
         return sl_error_set(err, SL_E_RUNTIME, EBUSY, "a command of the sandbox runs");
     }
-    if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
-        sl_error_errno(err, SL_E_RUNTIME, "cannot create %s", dir);
-        session_put(rt, s);
-        return -1;
+    bool tried = !(mkdir(dir, 0700) < 0 && errno != EEXIST);
+    if (!tried)
+        rc = sl_error_errno(err, SL_E_RUNTIME, "cannot create %s", dir);
+    else
+        rc = rt->backend->session_checkpoint(rt, s, dir, err);
+    /* The checkpoint ended the session (or a failed one lost it); one not
+     * tried leaves it running. */
+    pthread_mutex_lock(&rt->sessions_lock);
+    s->checkpointing = false;
+    if (tried && !s->dead) {
+        s->dead = true;
+        table_remove(rt, s);
     }
-    rc = rt->backend->session_checkpoint(rt, s, dir, err);
+    pthread_cond_broadcast(&rt->sessions_changed);
+    pthread_mutex_unlock(&rt->sessions_lock);
     session_put(rt, s); /* the last reference: stopped and freed */
     return rc;
 }
@@ -810,21 +909,51 @@ int sl_rt_session_restore(struct sl_runtime *rt, const char *root, uid_t uid, co
         return sl_error_set(err, SL_E_RUNTIME, ENOTSUP,
                             "the %s execution backend cannot keep a sandbox's memory",
                             rt->backend->name);
-    const struct sl_rt_egress none = {0};
-    /* A session the uid has already (a warm pool's, made before its
-     * sandbox was a fork) gives way to the restored one. */
-    rt_session_stop_uid(rt, uid);
+    /* In one hold of the lock: a session the uid has already (a warm
+     * pool's, made before its sandbox was a fork's copy) gives way, and
+     * the restored one takes its place as a starting placeholder, so a
+     * command that comes meanwhile waits for it rather than starting one
+     * of its own. */
+    struct rt_session *old = NULL;
     pthread_mutex_lock(&rt->sessions_lock);
-    struct rt_session *s = session_start(rt, root, uid, mounts, nmounts, caps, &none, dir, err);
+again:
+    for (size_t i = 0; i < rt->n_sessions; i++) {
+        struct rt_session *o = rt->sessions[i];
+        if (o->uid != uid)
+            continue;
+        if (o->starting || o->checkpointing) {
+            pthread_cond_wait(&rt->sessions_changed, &rt->sessions_lock);
+            goto again;
+        }
+        o->dead = true;
+        o->refs++;
+        table_remove(rt, o);
+        old = o;
+        break;
+    }
+    struct rt_session *s = session_new(rt, root, uid, mounts, nmounts, err);
+    if (s && table_add(rt, s) < 0) {
+        session_free(rt, s);
+        s = NULL;
+        sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+    }
     if (s) {
+        s->starting = true;
+        s->refs = 1;
         s->caps = *caps;
         s->last_used_us = sl_mono_us();
-        if (table_add(rt, s) < 0) {
-            pthread_mutex_unlock(&rt->sessions_lock);
-            session_free(rt, s);
-            return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-        }
     }
     pthread_mutex_unlock(&rt->sessions_lock);
-    return s ? 0 : -1;
+    if (old) {
+        (void)sl_pidfd_send_signal(old->pidfd, SIGKILL);
+        session_put(rt, old);
+    }
+    if (!s)
+        return -1;
+    const struct sl_rt_egress none = {0};
+    int rc = session_boot(rt, s, caps, &none, dir, err);
+    if (!session_started(rt, s, rc, err))
+        return -1;
+    session_put(rt, s); /* it lives in the table, unused until a command comes */
+    return 0;
 }

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/syscalls.h"
 #include "common/util.h"
+#include "runtime/cgroup.h"
 #include "service/internal.h"
 #include "service/tenants.h"
 #include "workspace/clone.h"
@@ -75,13 +76,17 @@ static int copy_files(struct sl_service *svc, int src_root, const char *copy_id,
 }
 
 /* The processes to give the copies: a memory-suspended source's image, or
- * a checkpoint of the running one (written to `tmp` and restored in place
- * at once). *image is NULL when there are none to give (nothing runs, or
- * the backend cannot: files only). */
+ * a checkpoint of the running one, written to `tmp` with its templates
+ * (*checkpointed: the caller restores the source from it once every copy
+ * has its files, so the files copied are the ones the processes saw).
+ * *image is NULL when there are none to give (nothing runs, or the
+ * backend cannot: files only). */
 static int source_image(struct sl_service *svc, const struct sl_route *r, const char *root,
-                        char *tmp, size_t tmp_size, const char **image, struct sl_error *err)
+                        char *tmp, size_t tmp_size, const char **image, bool *checkpointed,
+                        struct sl_error *err)
 {
     *image = NULL;
+    *checkpointed = false;
     if (strcmp(r->status, "SUSPENDED") == 0) {
         svc_memory_dir(svc, r->sandbox_id, tmp, tmp_size);
         if (access(tmp, F_OK) == 0)
@@ -102,12 +107,8 @@ static int source_image(struct sl_service *svc, const struct sl_route *r, const 
         return sl_error_wrap(err, "fork %s", r->sandbox_id);
     }
     *image = tmp;
-    /* The source goes on from the same image. */
-    struct sl_error again = {0};
-    if (svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, tmp, &again) < 0)
-        sl_warn("fork %s: the source's processes could not be restored, its files are: %s",
-                r->sandbox_id, sl_error_text(&again));
-    return 0;
+    *checkpointed = true;
+    return svc_image_save_templates(svc, r->sandbox_id, tmp, err);
 }
 
 /* One copy: its route here, its directory, files, templates and (with an
@@ -116,8 +117,9 @@ static int source_image(struct sl_service *svc, const struct sl_route *r, const 
 static json_t *make_copy(struct sl_service *svc, const struct sl_principal *who,
                          const char *copy_id, const char *actor, int src_root,
                          json_t *templates, const char *image, int64_t budget, bool *reflinked,
-                         struct sl_error *err)
+                         bool *inserted, struct sl_error *err)
 {
+    *inserted = false;
     struct sl_route existing = {0};
     int found = svc->store->ops->route_get(svc->store, copy_id, &existing, err);
     sl_route_clear(&existing);
@@ -139,6 +141,17 @@ static json_t *make_copy(struct sl_service *svc, const struct sl_principal *who,
     struct sl_route r = {0};
     if (svc->store->ops->route_get(svc->store, copy_id, &r, err) != 1)
         return NULL;
+    /* Ours only if it is the fresh route this call made: a concurrent
+     * create of the same name keeps its sandbox. */
+    if (r.generation != 1 || strcmp(r.status, "ASSIGNED") != 0 || !r.worker_id ||
+        strcmp(r.worker_id, svc->worker_id) != 0) {
+        sl_route_clear(&r);
+        sl_error_set(err, "SANDBOX_FORK_TARGET_EXISTS", 0,
+                     "a sandbox named %s was made meanwhile: a fork makes new sandboxes only",
+                     copy_id);
+        return NULL;
+    }
+    *inserted = true;
     json_t *view = NULL;
     json_t *conn = sl_svc_connect(svc, copy_id, r.generation, err);
     if (!conn)
@@ -180,6 +193,7 @@ json_t *sl_svc_fork(struct sl_service *svc, const struct sl_principal *who,
         return NULL;
     }
     json_t *answer = NULL, *forks = NULL, *templates = NULL;
+    bool checkpointed = false;
     _cleanup_close_ int rootfd = -1, lockfd = -1;
     char root[PATH_MAX], tmp[PATH_MAX + 32];
     const char *image = NULL;
@@ -207,31 +221,43 @@ json_t *sl_svc_fork(struct sl_service *svc, const struct sl_principal *who,
     /* The source's files at rest while they are copied. */
     if ((lockfd = ws_lock_global(rootfd, true, false, "SANDBOX_FORK_BUSY", err)) < 0)
         goto out;
-    /* Room for every copy in full (a reflink may take none of it). */
+    /* Room for every copy in full (a reflink may take none of it), and for
+     * a checkpoint of the memory the source holds. */
     int64_t bytes = source_bytes(rootfd);
     int64_t budget = svc->quota.bytes > 0 ? svc->quota.bytes : INT64_MAX;
+    struct sl_cgroup_usage use;
+    sl_rt_sandbox_usage(svc->runtime, (uid_t)r.sandbox_uid, &use);
+    int64_t need = bytes * (int64_t)count + (use.memory_bytes > 0 ? use.memory_bytes : 0);
     struct sl_disk_status disk;
     svc_disk_status(svc, &disk);
-    if (disk.available &&
-        disk.free_bytes - cfg->min_free_bytes < bytes * (int64_t)count) {
-        sl_error_set(err, SL_E_DISK_FULL, ENOSPC,
-                     "%zu copies of %lld bytes do not fit: %lld bytes are free above the "
-                     "worker's floor", count, (long long)bytes,
-                     (long long)(disk.free_bytes - cfg->min_free_bytes));
+    if (!disk.available) {
+        sl_error_set(err, SL_E_DISK_PRESSURE, 0, "SANDBOX_WORKER_DISK_PRESSURE");
         goto out;
     }
-    if (source_image(svc, &r, root, tmp, sizeof(tmp), &image, err) < 0)
+    if (disk.free_bytes - cfg->min_free_bytes < need) {
+        sl_error_set(err, SL_E_DISK_FULL, ENOSPC,
+                     "%zu copies of %lld bytes (and the memory checkpoint) do not fit: %lld "
+                     "bytes are free above the worker's floor",
+                     count, (long long)bytes, (long long)(disk.free_bytes - cfg->min_free_bytes));
         goto out;
-    templates = svc_live_templates(svc, sandbox_id);
+    }
+    if (source_image(svc, &r, root, tmp, sizeof(tmp), &image, &checkpointed, err) < 0)
+        goto out;
+    /* The templates the copies get: the checkpoint's when there is one
+     * (a suspended source has no live entry), else the live ones. */
+    templates = image ? svc_image_templates(image) : svc_live_templates(svc, sandbox_id);
     forks = json_array();
     bool reflinked = false;
     for (size_t i = 0; i < count; i++) {
+        bool inserted = false;
         json_t *copy = make_copy(svc, who, ids[i], actor, rootfd, templates, image, budget,
-                                 &reflinked, err);
+                                 &reflinked, &inserted, err);
         if (!copy) {
-            /* All or nothing: what was made goes. */
+            /* All or nothing: what this call made goes, never a sandbox
+             * that was there before it. */
             struct sl_error ignored = {0};
-            json_decref(sl_svc_release(svc, ids[i], actor, &ignored));
+            if (inserted)
+                json_decref(sl_svc_release(svc, ids[i], actor, &ignored));
             size_t made;
             json_t *v;
             json_array_foreach(forks, made, v)
@@ -247,8 +273,18 @@ json_t *sl_svc_fork(struct sl_service *svc, const struct sl_principal *who,
     answer = json_pack("{s:s,s:O,s:b,s:s}", "sandbox_id", sandbox_id, "forks", forks, "memory",
                        image != NULL, "files", reflinked ? "reflink" : "copy");
 out:
-    if (image && strcmp(r.status, "SUSPENDED") != 0)
-        svc_image_remove(tmp); /* the running source's checkpoint, used up */
+    if (checkpointed) {
+        /* The source goes on from its checkpoint, whatever became of the
+         * copies; then the image is used up. */
+        struct sl_error again = {0};
+        bool back = svc_session_restore(svc, sandbox_id, (uid_t)r.sandbox_uid, tmp, &again) == 0;
+        if (!back)
+            sl_warn("fork %s: the source's processes could not be restored, its files are: %s",
+                    sandbox_id, sl_error_text(&again));
+        if (answer)
+            json_object_set_new(answer, "source_memory", json_boolean(back));
+        svc_image_remove(tmp);
+    }
     json_decref(forks);
     json_decref(templates);
     sl_route_clear(&r);

@@ -259,6 +259,11 @@ json_t *svc_recent_execs(struct sl_service *svc, const char *sandbox_id, int64_t
 int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
                         struct sl_rt_mount **mounts, size_t *n, json_t **holder,
                         struct sl_error *err);
+/* The same for the attached-template records given (a checkpoint's, which
+ * must be restored with the templates it was taken with); the mounts
+ * point into `records`. */
+int svc_template_mounts_of(struct sl_service *svc, const json_t *records,
+                           struct sl_rt_mount **mounts, size_t *n, struct sl_error *err);
 
 /* Maintenance: enforce SANDBOX_TEMPLATE_CACHE_MAX_BYTES, least recently
  * used first, never a revision mounted by a live sandbox. */
@@ -309,8 +314,14 @@ int svc_route_insert_here(struct sl_service *svc, const char *sandbox_id, const 
                           const char *actor, struct sl_error *err);
 /* A checkpoint image's directory, and all in it, removed. */
 void svc_image_remove(const char *dir);
-/* The sandbox's session started from the checkpoint in `image`, with its
- * templates and its tenant's ceilings. */
+/* A checkpoint's attached templates, kept in its image directory
+ * (templates.json): saved when it is taken, read back (a new reference;
+ * an empty array when none) to restore it with the same mounts. */
+int svc_image_save_templates(struct sl_service *svc, const char *sandbox_id, const char *image,
+                             struct sl_error *err);
+json_t *svc_image_templates(const char *image);
+/* The sandbox's session started from the checkpoint in `image`, with the
+ * image's templates and the tenant's ceilings. */
 int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t uid,
                         const char *image, struct sl_error *err);
 /* SIGKILL to every execution of this sandbox running here (their process

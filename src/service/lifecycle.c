@@ -980,6 +980,12 @@ static int checkpoint_session(struct sl_service *svc, const struct sl_route *r, 
     *kept = false;
     if (sl_rt_session_checkpoint(svc->runtime, (uid_t)r->sandbox_uid, root, dir, &why) == 0) {
         *kept = true;
+        if (svc_image_save_templates(svc, r->sandbox_id, dir, err) < 0) {
+            /* Unrestorable without them: the processes come back now. */
+            (void)svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &why);
+            svc_image_remove(dir);
+            return -1;
+        }
         return 0;
     }
     svc_image_remove(dir);
@@ -1019,19 +1025,34 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
         if (lockfd < 0)
             return -1;
     }
+    char image[PATH_MAX + 16];
+    svc_memory_dir(svc, r->sandbox_id, image, sizeof(image));
+    if (!memory)
+        svc_image_remove(image); /* never restored over the files of a later suspend */
     if (memory && rootfd >= 0 && checkpoint_session(svc, r, kept_memory, err) < 0)
         return -1;
     /* Every process goes first, so the snapshot sees files at rest. */
     svc_live_remove(svc, r->sandbox_id);
-    if (sl_rt_kill_sandbox(svc->runtime, (uid_t)r->sandbox_uid, err) < 0)
-        return sl_error_wrap(err, "suspend %s", r->sandbox_id);
-    if (rootfd >= 0 && svc_snapshot_wanted(svc)) {
-        if (svc_snapshot_write(svc, r->sandbox_id, r->generation, err) < 0) {
-            /* Refused: the sandbox stays awake (its processes are gone). */
-            (void)svc_live_register(svc, r->sandbox_id, r->generation, (uid_t)r->sandbox_uid);
-            return -1;
-        }
+    int rc = sl_rt_kill_sandbox(svc->runtime, (uid_t)r->sandbox_uid, err);
+    if (rc < 0)
+        sl_error_wrap(err, "suspend %s", r->sandbox_id);
+    else if (rootfd >= 0 && svc_snapshot_wanted(svc) &&
+             (rc = svc_snapshot_write(svc, r->sandbox_id, r->generation, err)) == 0)
         *snapshot = true;
+    if (rc < 0) {
+        /* Refused: the sandbox stays awake; with memory kept, its
+         * processes come back from the checkpoint, which then goes. */
+        (void)svc_live_register(svc, r->sandbox_id, r->generation, (uid_t)r->sandbox_uid);
+        if (*kept_memory) {
+            struct sl_error back = {0};
+            if (svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, image, &back) <
+                0)
+                sl_warn("suspend %s failed, and its processes could not be restored: %s",
+                        r->sandbox_id, sl_error_text(&back));
+            svc_image_remove(image);
+            *kept_memory = false;
+        }
+        return -1;
     }
     return 0;
 }
@@ -1123,6 +1144,29 @@ json_t *sl_svc_suspend(struct sl_service *svc, const char *sandbox_id, int64_t g
     return NULL;
 }
 
+int svc_image_save_templates(struct sl_service *svc, const char *sandbox_id, const char *image,
+                             struct sl_error *err)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/templates.json", image);
+    json_t *records = svc_live_templates(svc, sandbox_id);
+    int rc = json_dump_file(records ? records : json_array(), path, JSON_COMPACT);
+    json_decref(records);
+    return rc < 0 ? sl_error_errno(err, SL_E_INTERNAL, "cannot write %s", path) : 0;
+}
+
+json_t *svc_image_templates(const char *image)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof(path), "%s/templates.json", image);
+    json_t *records = json_load_file(path, 0, NULL);
+    if (!json_is_array(records)) {
+        json_decref(records);
+        records = json_array();
+    }
+    return records;
+}
+
 int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t uid,
                         const char *image, struct sl_error *err)
 {
@@ -1130,9 +1174,9 @@ int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t ui
     snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, sandbox_id);
     struct sl_rt_mount *mounts = NULL;
     size_t nmounts = 0;
-    _cleanup_json_ json_t *holder = NULL;
+    _cleanup_json_ json_t *records = svc_image_templates(image);
     int64_t tq[SL_LIMIT_COUNT];
-    int rc = svc_template_mounts(svc, sandbox_id, &mounts, &nmounts, &holder, err);
+    int rc = svc_template_mounts_of(svc, records, &mounts, &nmounts, err);
     if (rc == 0)
         rc = svc_tenant_limits(svc, sandbox_id, tq, NULL, err);
     if (rc == 0) {
@@ -1149,23 +1193,37 @@ int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t ui
     return rc;
 }
 
-/* After a memory suspend: the session restored from its checkpoint and
- * the image removed (a restore reads all of it). A restore that fails
- * leaves the sandbox awake with its files and no process, as a plain
- * suspend would (said in the log). */
-static bool restore_session(struct sl_service *svc, const struct sl_route *r)
+/* After a memory suspend, before the sandbox is READY again (so no command
+ * starts a session of its own meanwhile): the session restored from its
+ * checkpoint, the image removed (a restore reads all of it), and its
+ * templates in *templates (a new reference) for the live entry. A restore
+ * that fails leaves the sandbox with its files and no process, as a plain
+ * suspend would: said in the log and in *why, and the image kept aside
+ * (memory.unrestored, never restored by itself) for an operator. */
+static bool restore_session(struct sl_service *svc, const struct sl_route *r, json_t **templates,
+                            char *why, size_t why_size)
 {
-    char dir[PATH_MAX + 16];
+    char dir[PATH_MAX + 16], aside[PATH_MAX + 32];
+    *templates = NULL;
     svc_memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
     if (access(dir, F_OK) < 0)
         return false;
     struct sl_error err = {0};
-    int rc = svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &err);
-    if (rc < 0)
-        sl_warn("resume %s: its processes could not be restored, its files are: %s",
-                r->sandbox_id, sl_error_text(&err));
-    svc_image_remove(dir);
-    return rc == 0;
+    *templates = svc_image_templates(dir);
+    if (svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &err) == 0) {
+        svc_image_remove(dir);
+        return true;
+    }
+    sl_warn("resume %s: its processes could not be restored, its files are: %s", r->sandbox_id,
+            sl_error_text(&err));
+    snprintf(why, why_size, "%s", sl_error_text(&err));
+    snprintf(aside, sizeof(aside), "%s.unrestored", dir);
+    svc_image_remove(aside);
+    if (rename(dir, aside) < 0)
+        svc_image_remove(dir);
+    json_decref(*templates);
+    *templates = NULL;
+    return false;
 }
 
 /* The worker's resume (§7, restore mode "reuse"): the directory must be
@@ -1184,23 +1242,34 @@ static json_t *worker_resume(struct sl_service *svc, struct sl_route *r,
         (void)route_move(svc, r, "ASSIGNED", "SUSPENDED", false, &ignored);
         return NULL;
     }
+    char why[512] = "";
+    json_t *templates = NULL;
+    bool restored = restore_session(svc, r, &templates, why, sizeof(why));
     if (!r->ready_at)
         r->ready_at = sl_now_us();
     int rc = route_move(svc, r, "ASSIGNED", "READY", true, err);
     if (rc <= 0) {
         if (rc == 0)
             sl_error_set(err, SL_E_BUSY_OR_STALE, 0, "SANDBOX_BUSY_OR_STALE");
+        json_decref(templates);
         return NULL;
     }
     if (svc_live_register(svc, r->sandbox_id, r->generation, (uid_t)r->sandbox_uid) < 0) {
         sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
+        json_decref(templates);
         return NULL;
     }
-    bool restored = restore_session(svc, r);
+    /* The restored processes see the templates they were checkpointed
+     * with: the sandbox has them attached again. */
+    if (templates && json_array_size(templates) > 0)
+        (void)svc_live_set_templates(svc, r->sandbox_id, r->generation, json_incref(templates));
+    json_decref(templates);
     /* §3.16 step 7: awake again, the snapshot has served. */
     svc_snapshot_delete(svc, r->sandbox_id);
     json_t *view = resolve_view(r, owner);
     json_object_set_new(view, "memory", json_boolean(restored));
+    if (why[0])
+        json_object_set_new(view, "memory_error", json_string(why));
     json_object_set_new(view, "resumed", json_true());
     json_object_set_new(view, "workspace_source", json_string(source));
     return view;

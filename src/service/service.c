@@ -69,9 +69,10 @@ static json_t *strlist_json(const struct sl_strlist *l)
 /* The effective profile hash of RUNTIME.md §3.2. The runtime always
  * disables nested user namespaces (max_user_namespaces = 0 inside), the
  * reference's default variant, so there is never a "-nested-userns" suffix.
- * A backend other than native adds "-<backend>-<platform>" (ours): a
- * sandbox placed on a worker of another boundary must be a new placement,
- * and a memory checkpoint restores only under the runsc that made it. */
+ * A backend other than native adds "-<backend>-<version>-<platform>"
+ * (ours): a sandbox placed on a worker of another boundary must be a new
+ * placement, and a memory checkpoint restores only under the runsc that
+ * made it. */
 static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile *p)
 {
     const struct sl_config *cfg = svc->cfg;
@@ -84,8 +85,8 @@ static int build_profile_hash(struct sl_service *svc, const struct sl_rt_profile
         n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "%s%s", i ? "-" : "-with-",
                       p->enabled_additions[i]);
     if (strcmp(p->backend, "native") != 0)
-        n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "-%s-%s", p->backend,
-                      p->backend_platform);
+        n += snprintf(suffix + n, sizeof(suffix) - (size_t)n, "-%s-%s-%s", p->backend,
+                      p->backend_version, p->backend_platform);
     size_t blen = strlen(cfg->profile_hash), slen = strlen(suffix);
     if (blen >= slen && strcmp(cfg->profile_hash + blen - slen, suffix) == 0)
         n = snprintf(svc->profile_hash, sizeof(svc->profile_hash), "%s", cfg->profile_hash);

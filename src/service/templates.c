@@ -434,17 +434,23 @@ int svc_template_mounts(struct sl_service *svc, const char *sandbox_id,
                         struct sl_rt_mount **mounts, size_t *n, json_t **holder,
                         struct sl_error *err)
 {
+    *holder = svc_live_templates(svc, sandbox_id);
+    return svc_template_mounts_of(svc, *holder, mounts, n, err);
+}
+
+int svc_template_mounts_of(struct sl_service *svc, const json_t *records,
+                           struct sl_rt_mount **mounts, size_t *n, struct sl_error *err)
+{
     *mounts = NULL;
     *n = 0;
-    *holder = svc_live_templates(svc, sandbox_id);
-    size_t count = json_array_size(*holder);
+    size_t count = json_array_size(records);
     if (count == 0)
         return 0;
     *mounts = calloc(count, sizeof(**mounts));
     if (!*mounts)
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     for (size_t i = 0; i < count; i++) {
-        json_t *rec = json_array_get(*holder, i);
+        json_t *rec = json_array_get(records, i);
         const char *name = json_string_value(json_object_get(rec, "name"));
         const char *digest = json_string_value(json_object_get(rec, "digest"));
         const char *path = json_string_value(json_object_get(rec, "local_path"));

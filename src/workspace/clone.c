@@ -34,9 +34,15 @@ static int copy_file(struct clone_ctx *c, int src_dir, int dst_dir, const char *
     if (c->used + st->st_size > c->budget)
         return sl_error_set(err, SL_E_DISK_FULL, ENOSPC,
                             "the copy would exceed its %lld bytes", (long long)c->budget);
-    _cleanup_close_ int in = openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (in < 0)
+    /* Non-blocking, and the same file as the one stat saw: a sandbox may
+     * have swapped a fifo in meanwhile, whose open would wait for ever. */
+    _cleanup_close_ int in =
+        openat(src_dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat now;
+    if (in < 0 || fstat(in, &now) < 0)
         return sl_error_errno(err, SL_E_INTERNAL, "cannot open %s", name);
+    if (!S_ISREG(now.st_mode) || now.st_ino != st->st_ino || now.st_dev != st->st_dev)
+        return 0; /* changed under the copy: left out, like any special file */
     _cleanup_close_ int out =
         openat(dst_dir, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (out < 0)

@@ -82,7 +82,7 @@ def test_commands_run_under_the_sentry(gv):
     backend = hz["capabilities"]["execution_backend"]
     assert backend["name"] == "gvisor" and backend["platform"] == "ptrace", backend
     assert backend["version"], backend
-    assert hz["profile_hash"].endswith("-gvisor-ptrace"), hz["profile_hash"]
+    assert hz["profile_hash"].endswith(f"-gvisor-{backend['version']}-ptrace"), hz["profile_hash"]
     sb = ready(gv.client())
     # The kernel the sandbox sees is gVisor's, not the host's.
     out = sh(sb, "uname -r; dmesg | head -3")
