@@ -93,6 +93,7 @@ bench: build
 	/usr/bin/python3 bench/stream_bench.py $(BUILD)
 	/usr/bin/python3 bench/ports_bench.py $(BUILD)
 	/usr/bin/python3 bench/e2b_bench.py $(BUILD)
+	/usr/bin/python3 bench/gvisor_bench.py $(BUILD)
 
 # Unit tests alone under ASan + UBSan (make test runs every tier there too).
 sanitize: deps $(ASAN_BUILD)/build.ninja

@@ -12,7 +12,7 @@ memory), measured alternately where the figure is a latency:
      the Sentry, the gofer and the platform's stubs; native: init), median
      over 5 sessions;
   4. suspend with memory and resume against resident memory (a Python
-     process holding 10 MB, 100 MB, 1 GB of touched pages): the suspend
+     process holding 10 MB, 100 MB, 1 GB of random bytes): the suspend
      call and the resume call, and the image's size (E2B: about 4 s per
      GB to pause, about 1 s to resume);
   5. fork of a sandbox running a server into 10 (gVisor: processes and
@@ -37,9 +37,9 @@ from bench_daemon import Daemon  # noqa: E402
 
 HOLD = """import os, sys, time
 n = int(sys.argv[1]) << 20
-b = bytearray(n)
-for i in range(0, n, 4096):
-    b[i] = 1
+# Random bytes: what an image of them takes is what the memory takes
+# (runsc compresses its images; untouched or zero pages cost nothing).
+b = bytearray(os.urandom(n))
 open('/workspace/held', 'w').write('ok')
 while True:
     time.sleep(3600)

@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <poll.h>
@@ -81,6 +82,10 @@ struct gv_state {
     bool userns;
     json_t *mounts;        /* the read-only part of every bundle's mounts */
     atomic_uint_fast64_t seq;
+    /* Deletions in flight on threads of their own (delete_later). */
+    pthread_mutex_t deletes_lock;
+    pthread_cond_t deletes_done;
+    int deletes;
 };
 
 /* A session's own. */
@@ -489,6 +494,64 @@ static void gv_session_free(struct gv_session *gs)
     free(gs);
 }
 
+/* What is left of a stopped sandbox (runsc's state, the bundle) goes on a
+ * thread of its own: `runsc delete` of a sandbox whose Sentry is dead
+ * takes 1.4 s here, which a suspend or a release need not wait for. The
+ * ids are never reused; gv_close waits for the ones in flight, and a
+ * restart deletes what a crash left (delete_leftovers). */
+struct gv_delete {
+    struct gv_state *g;
+    struct gv_session *gs;
+};
+
+static void *delete_thread(void *arg)
+{
+    struct gv_delete *d = arg;
+    runsc_delete(d->g, d->gs->id);
+    char path[PATH_MAX + 32];
+    static const char *const files[] = {"config.json", "pid", "runsc.log"};
+    for (size_t i = 0; i < SL_ARRAY_LEN(files); i++) {
+        snprintf(path, sizeof(path), "%s/%s", d->gs->bundle, files[i]);
+        (void)unlink(path);
+    }
+    (void)rmdir(d->gs->bundle);
+    gv_session_free(d->gs);
+    struct gv_state *g = d->g;
+    free(d);
+    pthread_mutex_lock(&g->deletes_lock);
+    g->deletes--;
+    pthread_cond_broadcast(&g->deletes_done);
+    pthread_mutex_unlock(&g->deletes_lock);
+    return NULL;
+}
+
+static void delete_later(struct gv_state *g, struct gv_session *gs)
+{
+    struct gv_delete *d = malloc(sizeof(*d));
+    pthread_attr_t attr;
+    pthread_t t;
+    if (d) {
+        *d = (struct gv_delete){.g = g, .gs = gs};
+        pthread_mutex_lock(&g->deletes_lock);
+        g->deletes++;
+        pthread_mutex_unlock(&g->deletes_lock);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, delete_thread, d);
+        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            return;
+        pthread_mutex_lock(&g->deletes_lock);
+        g->deletes--;
+        pthread_mutex_unlock(&g->deletes_lock);
+        free(d);
+    }
+    /* No thread: done here. */
+    struct gv_delete now = {.g = g, .gs = gs};
+    runsc_delete(now.g, now.gs->id);
+    gv_session_free(gs);
+}
+
 static int gv_session_start(struct sl_runtime *rt, struct rt_session *s, int ctl,
                             const struct sl_rt_mount *mounts, size_t nmounts,
                             const struct sl_rt_caps *caps, const struct sl_rt_egress *egress,
@@ -581,16 +644,8 @@ static void gv_session_stop(struct sl_runtime *rt, struct rt_session *s)
         close(s->pidfd);
         s->pidfd = -1;
     }
-    runsc_delete(gv(rt), gs->id);
-    char path[PATH_MAX + 32];
-    static const char *const files[] = {"config.json", "pid", "runsc.log"};
-    for (size_t i = 0; i < SL_ARRAY_LEN(files); i++) {
-        snprintf(path, sizeof(path), "%s/%s", gs->bundle, files[i]);
-        (void)unlink(path);
-    }
-    (void)rmdir(gs->bundle);
-    gv_session_free(gs);
     s->boundary = NULL;
+    delete_later(gv(rt), gs);
 }
 
 /* Does the container run anything besides init? The Sentry's process
@@ -673,9 +728,20 @@ static int runsc_version(struct gv_state *g, char *out, size_t size, struct sl_e
     return 0;
 }
 
-/* Containers a previous run of this worker left: deleted. */
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+/* Containers a previous run of this worker left, and their bundles:
+ * deleted (no session of this run exists yet). */
 static void delete_leftovers(struct gv_state *g)
 {
+    char bundles[GV_DIR_MAX + 8];
+    snprintf(bundles, sizeof(bundles), "%s/b", g->dir);
+    (void)nftw(bundles, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
     DIR *d = opendir(g->root);
     if (!d)
         return;
@@ -698,6 +764,12 @@ static void gv_close(struct sl_runtime *rt)
     struct gv_state *g = gv(rt);
     if (!g)
         return;
+    pthread_mutex_lock(&g->deletes_lock);
+    while (g->deletes > 0)
+        pthread_cond_wait(&g->deletes_done, &g->deletes_lock);
+    pthread_mutex_unlock(&g->deletes_lock);
+    pthread_mutex_destroy(&g->deletes_lock);
+    pthread_cond_destroy(&g->deletes_done);
     json_decref(g->mounts);
     free(g);
     rt->backend_state = NULL;
@@ -714,6 +786,8 @@ static int gv_open(struct sl_runtime *rt, const struct sl_rt_options *opt, struc
         return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
     rt->backend_state = g;
     atomic_init(&g->seq, 1);
+    pthread_mutex_init(&g->deletes_lock, NULL);
+    pthread_cond_init(&g->deletes_done, NULL);
     snprintf(g->runsc, sizeof(g->runsc), "%s", opt->gvisor_runsc ? opt->gvisor_runsc : "/usr/bin/runsc");
     snprintf(g->platform, sizeof(g->platform), "%s",
              opt->gvisor_platform ? opt->gvisor_platform : "ptrace");
