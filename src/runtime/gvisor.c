@@ -38,6 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -386,8 +389,25 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
     char *save = NULL;
     for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
         json_array_append_new(tmp_opts, json_string(o));
+    if (!g->userns) {
+        /* Commands run as the sandbox's uid: /tmp is its own, as the
+         * root of its user namespace owns it natively. */
+        char owner[32];
+        snprintf(owner, sizeof(owner), "uid=%u", (unsigned)s->uid);
+        json_array_append_new(tmp_opts, json_string(owner));
+        snprintf(owner, sizeof(owner), "gid=%u", (unsigned)s->uid);
+        json_array_append_new(tmp_opts, json_string(owner));
+    }
     json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:o}", "destination", "/tmp", "type",
                                             "tmpfs", "source", "tmpfs", "options", tmp_opts));
+    /* /dev/shm as natively: everyone's (1777), capped like /tmp. */
+    json_t *shm_opts = json_pack("[s,s,s]", "nosuid", "nodev", "noexec");
+    snprintf(opts, sizeof(opts), "%s", lay->shm_opts);
+    for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
+        json_array_append_new(shm_opts, json_string(o));
+    json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:o}", "destination", "/dev/shm",
+                                            "type", "tmpfs", "source", "shm", "options",
+                                            shm_opts));
     static const char *const names[] = {"workspace", "home", "cache", "envs", "workspace"};
     static const char *const dsts[] = {"/workspace", "/home/sandbox", "/cache", "/envs",
                                        "/home/user"};
@@ -460,6 +480,22 @@ static void *make_netns(void *arg)
     struct netns_made *m = arg;
     m->fd = -1;
     if (unshare(CLONE_NEWNET) < 0) {
+        m->err = errno;
+        return NULL;
+    }
+    /* Its loopback up, as a native sandbox's (spawn.c): a server and its
+     * client inside talk over it. */
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr = {0};
+    memcpy(ifr.ifr_name, "lo", 3);
+    bool up = false;
+    if (sock >= 0 && ioctl(sock, SIOCGIFFLAGS, &ifr) == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        up = ioctl(sock, SIOCSIFFLAGS, &ifr) == 0;
+    }
+    if (sock >= 0)
+        close(sock);
+    if (!up) {
         m->err = errno;
         return NULL;
     }

@@ -283,6 +283,10 @@ class Daemon:
 
 def pytest_configure(config):
     config.addinivalue_line(
+        "markers", "gvisor_cases: the gVisor backend's own cases, each with daemons of its own "
+        "(test_gvisor.py, tests/security/test_escape_gvisor.py): run in the main tiers, not "
+        "again in the variants (scripts/run-tests.sh)")
+    config.addinivalue_line(
         "markers", "sqlite_file: the test works on the SQLite file itself (its locks, its "
         "tables opened with sqlite3): not run again on PostgreSQL, where tests/db covers the "
         "same behaviour")

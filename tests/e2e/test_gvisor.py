@@ -14,6 +14,8 @@ import pytest
 from s3_server import s3  # noqa: F401  (the module-scoped S3 server fixture)
 from sandloom_client import Sandbox, assert_error
 
+pytestmark = pytest.mark.gvisor_cases
+
 GVISOR = {"SANDBOX_EXECUTION_BACKEND": "gvisor", "SANDBOX_NETWORK_MODE": "isolated"}
 
 # A server holding state in memory: a token drawn at its start (the same

@@ -77,6 +77,10 @@ new_sandbox = e2e.new_sandbox
 ready_sandbox = e2e.ready_sandbox
 
 
+def pytest_configure(config):
+    e2e.pytest_configure(config)
+
+
 def pytest_report_header(config):
     level = os.environ.get("SANDLOOM_TEST_LEVEL")
     return [f"sandloom isolation level: {level or 'auto (the strongest the host supports)'}"

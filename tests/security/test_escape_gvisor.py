@@ -15,6 +15,8 @@ import pytest
 
 from sec_helpers import probe, sh
 
+pytestmark = pytest.mark.gvisor_cases
+
 GVISOR = {"SANDBOX_EXECUTION_BACKEND": "gvisor", "SANDBOX_NETWORK_MODE": "isolated"}
 
 
