@@ -70,7 +70,13 @@ def test_path_identical_in_plain_and_login_shell(ready_sandbox):
 def test_identity_home_and_environment(ready_sandbox):
     b = run(ready_sandbox, ["sh", "-c", "echo $HOME; id -u; pwd; echo $LANG; echo $TMPDIR"])
     assert b["status"] == "SUCCEEDED", b
-    assert b["stdout"].splitlines() == ["/home/sandbox", "0", "/workspace", "C.UTF-8", "/tmp"], b
+    # Root of the sandbox's own user namespace; under gVisor on the host's
+    # network stack (private, host) there is none and commands run as the
+    # sandbox's uid itself (docs/GVISOR.md).
+    caps = ready_sandbox.c.get("/healthz").body["worker"]["capabilities"]
+    own_uid = caps["execution_backend"]["name"] == "gvisor" and caps["network_mode"] != "isolated"
+    uid = str(ready_sandbox.uid) if own_uid else "0"
+    assert b["stdout"].splitlines() == ["/home/sandbox", uid, "/workspace", "C.UTF-8", "/tmp"], b
 
 
 def test_no_host_environment_leaks(ready_sandbox):
