@@ -263,9 +263,10 @@ def test_every_tool_through_a_sandbox_lifecycle(c, daemon):
         # Suspend/resume: the sandbox sleeps (commands refused) and wakes.
         suspended = call(c, "sandbox_suspend", sandbox_id=sid, generation=gen)
         s = succeeded(suspended, "sandbox_suspend")
-        assert set(s) == {"sandbox_id", "generation", "status", "snapshot", "suspended",
-                          "retained_until"}, s
+        assert set(s) == {"sandbox_id", "generation", "status", "snapshot", "memory",
+                          "suspended", "retained_until"}, s
         assert s["status"] == "SUSPENDED" and s["suspended"] is True, s
+        assert s["memory"] is False, s  # the tool suspends files only
         text = tool_error(c, "sandbox_exec", sandbox_id=sid, generation=gen,
                           exec_id=uid("x"), argv=["true"])
         assert "SANDBOX_SUSPENDED" in text, text
