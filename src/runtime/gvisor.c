@@ -357,15 +357,27 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
     json_t *mounts = json_deep_copy(g->mounts);
     json_array_append_new(mounts, json_pack("{s:s,s:s,s:s}", "destination", "/proc", "type",
                                             "proc", "source", "proc"));
-    /* /tmp as natively sized; runsc wants one option per item. */
-    json_t *tmp_opts = json_pack("[s,s]", "nosuid", "nodev");
-    char opts[sizeof(lay->tmp_opts)];
-    snprintf(opts, sizeof(opts), "%s", lay->tmp_opts);
-    char *save = NULL;
-    for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
-        json_array_append_new(tmp_opts, json_string(o));
-    json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:o}", "destination", "/tmp", "type",
-                                            "tmpfs", "source", "tmpfs", "options", tmp_opts));
+    /* /tmp and /dev/shm as natively sized (the Sentry's own /dev/shm has
+     * no size: memory up to the sandbox's quota); runsc wants one option
+     * per item. Without a user namespace the commands are not root inside:
+     * /tmp is then the sandbox uid's, as natively (root of the namespace). */
+    const char *const tmp_dst[] = {"/tmp", "/dev/shm"};
+    const char *const tmp_src[] = {lay->tmp_opts, lay->shm_opts};
+    for (size_t t = 0; t < SL_ARRAY_LEN(tmp_dst); t++) {
+        json_t *tmp_opts = json_pack("[s,s]", "nosuid", "nodev");
+        char opts[sizeof(lay->tmp_opts) + 48];
+        if (g->userns || t == 1)
+            snprintf(opts, sizeof(opts), "%s", tmp_src[t]);
+        else
+            snprintf(opts, sizeof(opts), "%s,uid=%u,gid=%u", tmp_src[t], (unsigned)s->uid,
+                     (unsigned)s->uid);
+        char *save = NULL;
+        for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
+            json_array_append_new(tmp_opts, json_string(o));
+        json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:o}", "destination", tmp_dst[t],
+                                                "type", "tmpfs", "source", "tmpfs", "options",
+                                                tmp_opts));
+    }
     static const char *const names[] = {"workspace", "home", "cache", "envs", "workspace"};
     static const char *const dsts[] = {"/workspace", "/home/sandbox", "/cache", "/envs",
                                        "/home/user"};
