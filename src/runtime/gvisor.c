@@ -93,16 +93,19 @@ static struct gv_state *gv(struct sl_runtime *rt) { return rt->backend_state; }
 /* Running runsc.                                                           */
 
 /* Run runsc with `args` (after the global flags), stdin `in` and stdout
- * `out` (-1: /dev/null), inside the cgroups `cgfds` when given; its stderr
- * goes to `log` (a path, truncated first). Waits up to timeout_ms. Returns
- * its exit status (0..255), or -1 with err. Uses fork: between fork and
- * exec the child calls only async-signal-safe functions. */
+ * `out` (-1: /dev/null), inside the cgroups `cgfds` when given; it logs to
+ * `log` (a path, truncated first: runsc --log). Its stderr is /dev/null,
+ * never the log: `runsc run` hands its stdio to the container's init, and
+ * a host file there is open to the sandbox through /proc/1/fd (this
+ * Sentry does not hide a non-dumpable process's descriptors). Waits up to
+ * timeout_ms. Returns its exit status (0..255), or -1 with err. Uses fork:
+ * between fork and exec the child calls only async-signal-safe functions. */
 static int runsc_run(struct gv_state *g, char *const *args, int in, int out, const int *cgfds,
                      int ncg, const char *log, int timeout_ms, struct sl_error *err)
 {
     char *argv[32];
     size_t n = 0;
-    char root_flag[PATH_MAX + 8], platform_flag[32], network_flag[32];
+    char root_flag[PATH_MAX + 8], platform_flag[32], network_flag[32], log_flag[PATH_MAX + 8];
     snprintf(root_flag, sizeof(root_flag), "--root=%s", g->root);
     snprintf(platform_flag, sizeof(platform_flag), "--platform=%s", g->platform);
     snprintf(network_flag, sizeof(network_flag), "--network=%s", g->network);
@@ -111,6 +114,10 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
     argv[n++] = platform_flag;
     argv[n++] = network_flag;
     argv[n++] = (char *)"--ignore-cgroups";
+    if (log) {
+        snprintf(log_flag, sizeof(log_flag), "--log=%s", log);
+        argv[n++] = log_flag;
+    }
     for (size_t i = 0; args[i] && n < SL_ARRAY_LEN(argv) - 1; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
@@ -130,7 +137,7 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
             if (write(cgfds[i], "0", 1) != 1)
                 _exit(125);
         if (dup2(in >= 0 ? in : null_fd, 0) < 0 || dup2(out >= 0 ? out : null_fd, 1) < 0 ||
-            dup2(log_fd, 2) < 0)
+            dup2(null_fd, 2) < 0)
             _exit(125);
         (void)sl_close_range(3, 0x7fffffffU, 0);
         execve(argv[0], argv, envp);
@@ -186,7 +193,14 @@ static void log_tail(const char *path, char *out, size_t size)
     buf[n] = '\0';
     char *line = strrchr(buf, '\n');
     const char *last = line ? line + 1 : buf;
-    snprintf(out, size, "%.*s", (int)(size - 1), last);
+    /* runsc --log writes its fatal error as {"msg": ...}, without a newline. */
+    const char *obj = NULL;
+    for (const char *p = last; (p = strstr(p, "{\"msg\":")); p++)
+        obj = p;
+    json_t *j = obj ? json_loads(obj, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(j, "msg"));
+    snprintf(out, size, "%.*s", (int)(size - 1), msg ? msg : last);
+    json_decref(j);
 }
 
 /* What runsc prints on stdout (at most size-1 bytes, NUL-terminated):
