@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <limits.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -37,6 +38,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -467,6 +470,21 @@ static void *make_netns(void *arg)
         m->err = errno;
         return NULL;
     }
+    /* Its loopback starts down, as in every new network namespace: up, as
+     * natively (spawn.c), or 127.0.0.1 is neither bindable nor local (the
+     * default route would take it out through eth0). */
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof(ifr));
+    memcpy(ifr.ifr_name, "lo", 3);
+    if (sock < 0 || ioctl(sock, SIOCGIFFLAGS, &ifr) < 0 ||
+        (ifr.ifr_flags |= IFF_UP | IFF_RUNNING, ioctl(sock, SIOCSIFFLAGS, &ifr) < 0)) {
+        m->err = errno;
+        if (sock >= 0)
+            close(sock);
+        return NULL;
+    }
+    close(sock);
     m->fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     m->err = m->fd < 0 ? errno : 0;
     return NULL;
