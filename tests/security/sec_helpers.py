@@ -20,6 +20,8 @@ assertion made at standard/strict is kept as it was.
 import hashlib
 import json
 import os
+import re
+import subprocess
 import textwrap
 import threading
 import time
@@ -266,6 +268,33 @@ def gvisor_host_pids(uid):
             continue
         if any(l.rstrip("/").endswith(suffix) for l in lines):
             found.append(int(pid))
+    return found
+
+
+def gvisor_container_processes(daemon, uid):
+    """[(pid, comm)] of the processes of the gVisor sandbox of uid, from the
+    host: `runsc ps` of its container (named sl-<uid>-<n> on its runsc
+    processes' command lines), i.e. its Sentry's own process table. []
+    when no session of uid runs."""
+    runsc = daemon.env.get("SANDBOX_GVISOR_RUNSC", "/usr/bin/runsc")
+    ids = set()
+    for pid in gvisor_host_pids(uid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ids.update(re.findall(r"\bsl-%d-\d+\b" % uid, cmd))
+    found = []
+    for cid in sorted(ids):
+        r = subprocess.run([runsc, f"--root={daemon.sandbox_root}/.gvisor/state", "ps", cid],
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            continue  # the container ended meanwhile
+        for line in r.stdout.splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 8 and f[1].isdigit():
+                found.append((int(f[1]), " ".join(f[7:])))
     return found
 
 
