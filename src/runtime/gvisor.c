@@ -30,6 +30,7 @@
 #include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -104,16 +105,19 @@ static struct gv_state *gv(struct sl_runtime *rt) { return rt->backend_state; }
 /* Running runsc.                                                           */
 
 /* Run runsc with `args` (after the global flags), stdin `in` and stdout
- * `out` (-1: /dev/null), inside the cgroups `cgfds` when given; its stderr
- * goes to `log` (a path, truncated first). Waits up to timeout_ms. Returns
- * its exit status (0..255), or -1 with err. Uses fork: between fork and
- * exec the child calls only async-signal-safe functions. */
+ * `out` (-1: /dev/null), inside the cgroups `cgfds` when given; it logs to
+ * `log` (a path, truncated first: runsc --log). Its stderr is /dev/null,
+ * never the log: `runsc run` hands its stdio to the container's init, and
+ * a host file there is open to the sandbox through /proc/1/fd (this
+ * Sentry does not hide a non-dumpable process's descriptors). Waits up to
+ * timeout_ms. Returns its exit status (0..255), or -1 with err. Uses fork:
+ * between fork and exec the child calls only async-signal-safe functions. */
 static int runsc_run(struct gv_state *g, char *const *args, int in, int out, const int *cgfds,
                      int ncg, const char *log, int timeout_ms, struct sl_error *err)
 {
     char *argv[32];
     size_t n = 0;
-    char root_flag[PATH_MAX + 8], platform_flag[32], network_flag[32];
+    char root_flag[PATH_MAX + 8], platform_flag[32], network_flag[32], log_flag[PATH_MAX + 8];
     snprintf(root_flag, sizeof(root_flag), "--root=%s", g->root);
     snprintf(platform_flag, sizeof(platform_flag), "--platform=%s", g->platform);
     snprintf(network_flag, sizeof(network_flag), "--network=%s", g->network);
@@ -122,6 +126,10 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
     argv[n++] = platform_flag;
     argv[n++] = network_flag;
     argv[n++] = (char *)"--ignore-cgroups";
+    if (log) {
+        snprintf(log_flag, sizeof(log_flag), "--log=%s", log);
+        argv[n++] = log_flag;
+    }
     for (size_t i = 0; args[i] && n < SL_ARRAY_LEN(argv) - 1; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
@@ -154,7 +162,7 @@ static int runsc_run(struct gv_state *g, char *const *args, int in, int out, con
             if (write(cgfds[i], "0", 1) != 1)
                 _exit(125);
         if (dup2(in >= 0 ? in : null_fd, 0) < 0 || dup2(out >= 0 ? out : null_fd, 1) < 0 ||
-            dup2(log_fd, 2) < 0)
+            dup2(null_fd, 2) < 0)
             _exit(125);
         (void)sl_close_range(3, 0x7fffffffU, 0);
         execve(argv[0], argv, envp);
@@ -216,7 +224,14 @@ static void log_tail(const char *path, char *out, size_t size)
     buf[n] = '\0';
     char *line = strrchr(buf, '\n');
     const char *last = line ? line + 1 : buf;
-    snprintf(out, size, "%.*s", (int)(size - 1), last);
+    /* runsc --log writes its fatal error as {"msg": ...}, without a newline. */
+    const char *obj = NULL;
+    for (const char *p = last; (p = strstr(p, "{\"msg\":")); p++)
+        obj = p;
+    json_t *j = obj ? json_loads(obj, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(j, "msg"));
+    snprintf(out, size, "%.*s", (int)(size - 1), msg ? msg : last);
+    json_decref(j);
 }
 
 /* What runsc prints on stdout (at most size-1 bytes, NUL-terminated):
@@ -400,8 +415,9 @@ static int write_spec(struct sl_runtime *rt, struct gv_state *g, struct rt_sessi
     }
     json_array_append_new(mounts, json_pack("{s:s,s:s,s:s,s:o}", "destination", "/tmp", "type",
                                             "tmpfs", "source", "tmpfs", "options", tmp_opts));
-    /* /dev/shm as natively: everyone's (1777), capped like /tmp. */
-    json_t *shm_opts = json_pack("[s,s,s]", "nosuid", "nodev", "noexec");
+    /* /dev/shm as natively: everyone's (1777), capped like /tmp (the
+     * Sentry's own has no size: memory up to the sandbox's quota). */
+    json_t *shm_opts = json_pack("[s,s]", "nosuid", "nodev");
     snprintf(opts, sizeof(opts), "%s", lay->shm_opts);
     for (char *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
         json_array_append_new(shm_opts, json_string(o));

@@ -20,6 +20,8 @@ assertion made at standard/strict is kept as it was.
 import hashlib
 import json
 import os
+import re
+import subprocess
 import textwrap
 import threading
 import time
@@ -103,18 +105,22 @@ class Isolation:
                 f"features={sorted(self.features)}>")
 
 
+def _client(target):
+    """The API client of target (a Daemon, Client or Sandbox)."""
+    if hasattr(target, "c"):  # Sandbox
+        return target.c
+    if hasattr(target, "client"):  # Daemon
+        return target.client()
+    return target
+
+
 def isolation(target):
     """Isolation of the daemon behind target (a Daemon, Client or Sandbox),
     read from its /healthz capabilities (asked every time: ports are
     reused by later daemons). Fails the test
     when the daemon does not say, or when it runs at another level than
     SANDLOOM_TEST_LEVEL asked for."""
-    if hasattr(target, "c"):  # Sandbox
-        c = target.c
-    elif hasattr(target, "client"):  # Daemon
-        c = target.client()
-    else:
-        c = target
+    c = _client(target)
     r = c.get("/healthz")
     try:
         caps = r.body["worker"]["capabilities"]
@@ -128,6 +134,29 @@ def isolation(target):
             "basic", "standard", "strict") and iso.level != wanted:
         pytest.fail(f"SANDLOOM_TEST_LEVEL={wanted} but the daemon runs at {iso!r}", pytrace=False)
     return iso
+
+
+GVISOR = "gvisor"
+
+
+def execution_backend(target):
+    """The execution backend of the daemon behind target (a Daemon, Client
+    or Sandbox): "native" or "gvisor" (docs/GVISOR.md), read from its
+    /healthz (worker.capabilities.execution_backend.name; asked every time,
+    as isolation() is). Fails the test when the daemon does not say.
+
+    Under gVisor a case asserts the same security property as natively,
+    the way the Sentry provides it: its own errno for a refusal, its own
+    /proc and /sys, the effect rather than the native mechanism."""
+    r = _client(target).get("/healthz")
+    try:
+        name = r.body["worker"]["capabilities"]["execution_backend"]["name"]
+    except (TypeError, KeyError) as e:
+        pytest.fail(f"cannot tell the daemon's execution backend from GET /healthz "
+                    f"(worker.capabilities.execution_backend.name): {e!r} in {r!r}",
+                    pytrace=False)
+    assert name in ("native", GVISOR), f"unknown execution backend {name!r}"
+    return name
 
 
 def assert_proc_as_reported(iso, proc_present, where="the sandbox"):
@@ -219,6 +248,91 @@ def host_processes(uid, include_zombies=False):
             continue
         found.append((int(pid), state, cmd))
     return found
+
+
+def gvisor_host_pids(uid):
+    """Host pids of the gVisor sandbox of uid: `runsc run` starts inside the
+    sandbox's cgroup (<parent>/sandloom-sandboxes/sb-<uid>), so its Sentry,
+    its gofer and the ptrace platform's stub processes are that cgroup's
+    processes. They do not run as uid (the Sentry and the stubs are
+    nobody's), so host_processes(uid) does not find them."""
+    found = []
+    suffix = f"/sb-{uid}"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        if any(l.rstrip("/").endswith(suffix) for l in lines):
+            found.append(int(pid))
+    return found
+
+
+def gvisor_container_processes(daemon, uid):
+    """[(pid, comm)] of the processes of the gVisor sandbox of uid, from the
+    host: `runsc ps` of its container (named sl-<uid>-<n> on its runsc
+    processes' command lines), i.e. its Sentry's own process table. []
+    when no session of uid runs."""
+    runsc = daemon.env.get("SANDBOX_GVISOR_RUNSC", "/usr/bin/runsc")
+    ids = set()
+    for pid in gvisor_host_pids(uid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        ids.update(re.findall(r"\bsl-%d-\d+\b" % uid, cmd))
+    found = []
+    for cid in sorted(ids):
+        r = subprocess.run([runsc, f"--root={daemon.sandbox_root}/.gvisor/state", "ps", cid],
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode != 0:
+            continue  # the container ended meanwhile
+        for line in r.stdout.splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 8 and f[1].isdigit():
+                found.append((int(f[1]), " ".join(f[7:])))
+    return found
+
+
+_GUEST_PS = r'''
+import json, os
+me = os.getpid()
+out = []
+for p in os.listdir("/proc"):
+    if not p.isdigit() or int(p) == me:
+        continue
+    try:
+        st = dict(l.split(":", 1) for l in open("/proc/%s/status" % p) if ":" in l)
+        cmd = open("/proc/%s/cmdline" % p, "rb").read().replace(b"\0", b" ").decode(errors="replace")
+    except (OSError, ValueError):
+        continue
+    out.append([int(p), st["State"].split()[0], cmd, int(st["TracerPid"])])
+print(json.dumps(out))
+'''
+
+
+def gvisor_guest_processes(sb):
+    """[(pid, state, cmdline, tracer pid)] of the processes of the gVisor
+    sandbox sb, as its own Sentry lists them: they are no host processes.
+    Read by a command of sb itself (in an exec scope of its own, so it runs
+    beside a command being held), which leaves itself out."""
+    body = run(sb, ["python3", "-c", _GUEST_PS], exec_scope="observer", http_timeout=60)
+    assert body["status"] == "SUCCEEDED", f"could not list the sandbox's processes: {body}"
+    return [tuple(p) for p in json.loads(body["stdout"].strip().splitlines()[-1])]
+
+
+def sandbox_processes(sb):
+    """[(pid, state, cmdline)] of sb's live processes, whatever the backend:
+    natively its host processes (host_processes(sb.uid)), under gVisor the
+    Sentry's (gvisor_guest_processes)."""
+    if execution_backend(sb) == GVISOR:
+        return [(pid, state, cmd) for pid, state, cmd, _ in gvisor_guest_processes(sb)
+                if state != "Z"]
+    return host_processes(sb.uid)
 
 
 def wait_for(pred, timeout, interval=0.05):

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sec_helpers import (assert_proc_as_reported, file_fingerprint, hold_until_released,
-                         host_processes, isolation, probe, release_holder, reverse, sh, wait_for)
+from sec_helpers import (GVISOR, assert_proc_as_reported, execution_backend, file_fingerprint,
+                         gvisor_host_pids, hold_until_released, host_processes, isolation, probe,
+                         release_holder, reverse, sandbox_processes, sh, wait_for)
 
 
 # ---------------------------------------------------------------------------
@@ -86,8 +87,13 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
     host pids fails (ESRCH without a shared PID namespace, EPERM at basic).
     At basic (no PID namespace, no procfs) /proc must be absent in A, so
     there is no process listing to read B's command line from; with a
-    private procfs, every /proc/<pid> is searched as above."""
+    private procfs, every /proc/<pid> is searched as above.
+    Under gVisor B's processes exist only in B's Sentry: the premise (B's
+    command line carries the marker) is read from B's own /proc, and B's
+    host pids, at which A aims its signal, are B's runsc processes (the
+    Sentry, gofer and stubs in B's cgroup)."""
     iso = isolation(daemon)
+    gvisor = execution_backend(daemon) == GVISOR
     a, b = make_sandbox(daemon, "iso-a"), make_sandbox(daemon, "iso-b")
     assert a.uid != b.uid
     secret = "b-secret-" + secrets.token_hex(12)
@@ -102,8 +108,13 @@ def test_other_sandbox_is_invisible(daemon, make_sandbox):
     try:
         assert wait_for(lambda: (b_host_ws / "b-ready").exists(), 10), \
             "B's holder command never started"
-        assert any(marker in c for _, _, c in host_processes(b.uid)), host_processes(b.uid)
-        b_pids = [pid for pid, _, _ in host_processes(b.uid)]
+        if gvisor:
+            b_procs = sandbox_processes(b)
+            assert any(marker in c for _, _, c in b_procs), b_procs
+            b_pids = gvisor_host_pids(b.uid)
+        else:
+            assert any(marker in c for _, _, c in host_processes(b.uid)), host_processes(b.uid)
+            b_pids = [pid for pid, _, _ in host_processes(b.uid)]
         R, body = probe(a, r'''
             secret, marker = P["secret"][::-1], P["marker"][::-1]
             R["host_paths"] = {p: oserr(read_bytes, p) for p in P["host_paths"]}
@@ -319,6 +330,10 @@ def test_system_trees_are_read_only(ready_sandbox):
 
 # ---------------------------------------------------------------------------
 # 18
+# /sys directories that hold the host kernel's objects.
+SYS_HOST_DIRS = ["kernel", "module", "firmware", "block", "bus", "power", "dev"]
+
+
 def test_proc_and_sys_are_not_writable(ready_sandbox):
     """Attempt: find /sys (and mount sysfs); write /proc/sys/kernel/sysrq and
     /proc/sysrq-trigger; rewrite (with their current values, so a failure
@@ -334,9 +349,16 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
     the host's values are still compared).
     (This kernel has no CONFIG_MAGIC_SYSRQ: /proc/sys/kernel/sysrq and
     /proc/sysrq-trigger do not exist on the host either; they are attempted
-    anyway and the other files carry the check.)"""
+    anyway and the other files carry the check.)
+    Under gVisor /sys and /proc/sys are the Sentry's own (its sysfs is
+    mounted, and no read-only cover is needed): there every file under
+    /sys and /proc/sys is rewritten with its current value and each write
+    must fail, the host kernel's object directories of /sys (kernel,
+    module, firmware, block, bus, power, dev) must be empty, and the
+    attempts above must fail as natively."""
     sb = ready_sandbox
     iso = isolation(sb)
+    gvisor = execution_backend(sb) == GVISOR
     files = ["/proc/sys/kernel/sysrq", "/proc/sys/kernel/core_pattern", "/proc/sys/kernel/hostname",
              "/proc/sys/kernel/modprobe", "/proc/sys/user/max_user_namespaces",
              "/proc/sys/vm/overcommit_memory"]
@@ -374,15 +396,35 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
         R["mkdir /proc"] = oserr(os.mkdir, "/proc")
         R["mount proc"] = libcall("mount", "proc", "/tmp", "proc", 0, None)[1] or "OK"
         R["sh_echo"] = os.system("echo 1 > /proc/sys/kernel/sysrq 2>/dev/null")
-        ''', {"files": files})
-    assert R["sys_exists"] is False, "/sys exists inside the sandbox"
+        if P["gvisor"]:
+            # The Sentry's own /sys and /proc/sys: every file, rewritten.
+            R["walk"] = {}
+            for top in ("/sys", "/proc/sys"):
+                for d, dirs, names in os.walk(top):
+                    for n in names:
+                        R["walk"][os.path.join(d, n)] = oserr(rewrite, os.path.join(d, n))
+            R["sys_dirs"] = {d: oserr(os.listdir, "/sys/" + d) if not os.path.isdir("/sys/" + d)
+                             else os.listdir("/sys/" + d) for d in P["host_dirs"]}
+        ''', {"files": files, "gvisor": gvisor, "host_dirs": SYS_HOST_DIRS})
+    if gvisor:
+        assert R["sys_exists"] is True, "premise: the Sentry's sysfs is mounted at /sys"
+        ok = {k: v for k, v in R["walk"].items() if v == "OK"}
+        assert ok == {}, f"files under /sys or /proc/sys written inside the sandbox: {ok}"
+        assert len([k for k in R["walk"] if k.startswith("/proc/sys/")]) >= 20, \
+            f"too few /proc/sys files to mean anything: {sorted(R['walk'])}"
+        host_full = [d for d in SYS_HOST_DIRS if os.path.isdir("/sys/" + d) and os.listdir("/sys/" + d)]
+        assert host_full, "premise: the host's /sys has kernel objects"
+        full = {d: v for d, v in R["sys_dirs"].items() if v not in ([], "ENOENT")}
+        assert full == {}, f"host kernel objects in the sandbox's /sys: {full}"
+    else:
+        assert R["sys_exists"] is False, "/sys exists inside the sandbox"
     assert R["mount_sysfs"] != "OK"
     ok = {k: v for k, v in R["writes"].items() if v == "OK"}
     assert ok == {}, f"/proc writes succeeded inside the sandbox: {ok}"
     assert R["umount /proc/sys"] != "OK", "the read-only cover of /proc/sys could be removed"
     assert R["mkdir /proc"] != "OK" and R["mount proc"] != "OK", f"a procfs could be made: {R}"
     assert_proc_as_reported(iso, R["proc_present"])
-    if R["proc_present"]:
+    if R["proc_present"] and not gvisor:
         assert R["proc_sys_opts"] and all(o.split(",")[0] == "ro" for o in R["proc_sys_opts"]), R
     assert R["sh_echo"] != 0
     for f, v in host_before.items():
@@ -391,7 +433,7 @@ def test_proc_and_sys_are_not_writable(ready_sandbox):
 
 # ---------------------------------------------------------------------------
 # 19
-def test_only_stdio_descriptors_reach_the_sandbox(ready_sandbox):
+def test_only_stdio_descriptors_reach_the_sandbox(daemon, ready_sandbox):
     """Attempt: list the open descriptors of the sandbox's PID 1
     (sandloom-init), of the command's shell, and of a process it starts
     (`ls -l /proc/self/fd`), looking for anything the daemon had open
@@ -402,9 +444,16 @@ def test_only_stdio_descriptors_reach_the_sandbox(ready_sandbox):
     and a process started by a shell then fstat(2) every descriptor below
     RLIMIT_NOFILE, with the same expectation, and init's descriptors are
     attacked directly: pidfd_open(getppid()) (init, confirmed from the
-    host) and pidfd_getfd(2) of descriptors 0-63 must all fail."""
+    host) and pidfd_getfd(2) of descriptors 0-63 must all fail.
+    Under gVisor every descriptor the daemon passes shows as "host:[n]" and
+    init's can be listed (this Sentry does not hide a non-dumpable
+    process's descriptors): _stdio_only_under_gvisor checks what they
+    give instead."""
     sb = ready_sandbox
     iso = isolation(sb)
+    if execution_backend(sb) == GVISOR:
+        _stdio_only_under_gvisor(daemon, sb, iso)
+        return
     if not iso.private_procfs:
         _stdio_only_without_procfs(sb, iso)
         return
@@ -495,6 +544,115 @@ def _stdio_only_without_procfs(sb, iso):
         assert got == {}, f"init's descriptors taken with pidfd_getfd: {got}"
     else:
         assert R["pidfd_open init"] in ("EPERM", "ESRCH"), R
+
+
+GV_FD_LISTER = r'''
+import json, os, resource, stat
+def list_fds():
+    out = {}
+    for fd in range(resource.getrlimit(resource.RLIMIT_NOFILE)[0]):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        m = st.st_mode
+        out[str(fd)] = ("chr" if stat.S_ISCHR(m) else "pipe" if stat.S_ISFIFO(m) else
+                        "socket" if stat.S_ISSOCK(m) else "file" if stat.S_ISREG(m) else
+                        "dir" if stat.S_ISDIR(m) else oct(m))
+    return out
+'''
+
+
+def _stdio_only_under_gvisor(daemon, sb, iso):
+    """Case 19 under gVisor. The daemon's descriptors are host files to the
+    Sentry and show as "host:[n]", so the command and a process a shell
+    starts fstat(2) every descriptor below RLIMIT_NOFILE instead: exactly
+    0 (a character device that reads end of file: the host's /dev/null),
+    1 and 2 (pipes). init's descriptors can be listed here, so each is
+    attacked: opened read-only, write-only and read-write through
+    /proc/1/fd/<n> and connected to as a unix socket. Each must be refused,
+    or be a character device that reads end of file; a marker is written
+    through every one that opens, and on the host it must appear in no
+    file under the daemon's state directory (runsc's log, the bundles, the
+    workspaces, the database). The marker travels reversed and is never
+    printed, so only a write through init's descriptors could put it
+    there."""
+    marker = "init-fd-marker-" + secrets.token_hex(12)
+    R, body = probe(sb, r'''
+        import stat, subprocess
+        exec(P["lister"])
+        marker = P["marker"][::-1].encode()
+        R["proc_present"] = PROC
+        R["command"] = list_fds()
+        R["stdin_eof"] = os.read(0, 16) == b""
+        out = subprocess.run(["sh", "-c", 'python3 -c "$0"; true',
+                              P["lister"] + "\nprint(json.dumps(list_fds()))"],
+                             stdout=subprocess.PIPE, close_fds=False, text=True).stdout
+        R["shell child"] = json.loads(out.strip().splitlines()[-1]) if out.strip() else out
+        try:
+            init_fds = sorted(os.listdir("/proc/1/fd"), key=int)
+            R["init listed"] = True
+        except OSError as e:
+            init_fds = [str(fd) for fd in range(64)]
+            R["init listed"] = errno.errorcode.get(e.errno, str(e.errno))
+        R["init"] = {}
+        for fd in init_fds:
+            p = "/proc/1/fd/" + fd
+            res = {}
+            for name, flags in (("rd", os.O_RDONLY), ("wr", os.O_WRONLY), ("rdwr", os.O_RDWR)):
+                try:
+                    f = os.open(p, flags | os.O_NONBLOCK)
+                except OSError as e:
+                    res[name] = errno.errorcode.get(e.errno, str(e.errno))
+                    continue
+                st = os.fstat(f)
+                kind = "chr" if stat.S_ISCHR(st.st_mode) else oct(st.st_mode)
+                if flags != os.O_WRONLY:
+                    try:
+                        kind += ":eof" if os.read(f, 16) == b"" else ":data"
+                    except OSError as e:
+                        kind += ":" + errno.errorcode.get(e.errno, str(e.errno))
+                if flags != os.O_RDONLY:
+                    try:
+                        os.write(f, marker + b"\n")
+                    except OSError:
+                        pass
+                os.close(f)
+                res[name] = kind
+            def unix_connect():
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(p)
+                finally:
+                    s.close()
+            res["connect"] = oserr(unix_connect)
+            R["init"][fd] = res
+        ''', {"lister": GV_FD_LISTER, "marker": reverse(marker)})
+    assert_proc_as_reported(iso, R["proc_present"])
+    for who in ("command", "shell child"):
+        assert R[who] == {"0": "chr", "1": "pipe", "2": "pipe"}, \
+            f"the {who} has descriptors beyond stdio, or other ones: {R[who]}"
+    assert R["stdin_eof"], f"stdin is not the host's /dev/null (it gave data): {R}"
+    assert R["init"], f"nothing of init's was tried: {R}"
+    for fd, res in R["init"].items():
+        assert res["connect"] != "OK", f"init's descriptor {fd} connected to: {res}"
+        for how in ("rd", "wr", "rdwr"):
+            assert res[how] in ("ENXIO", "ENODEV", "EACCES", "EPERM", "ENOENT", "EBADF") or \
+                res[how] in ("chr", "chr:eof"), f"init's descriptor {fd} opened ({how}) onto {res}"
+    wrote = marker.encode()
+    found = []
+    for d, _, names in os.walk(daemon.state):
+        for n in names:
+            path = os.path.join(d, n)
+            try:
+                if os.path.isfile(path) and not os.path.islink(path) and \
+                        os.path.getsize(path) < (64 << 20):
+                    with open(path, "rb") as f:
+                        if wrote in f.read():
+                            found.append(path)
+            except OSError:
+                pass
+    assert found == [], f"a write through init's descriptors reached host files: {found}"
 
 
 # ---------------------------------------------------------------------------

@@ -6,7 +6,7 @@ inside a real sandbox; the host side is the test process.
 """
 import json
 
-from sec_helpers import assert_proc_as_reported, isolation, probe
+from sec_helpers import GVISOR, assert_proc_as_reported, execution_backend, isolation, probe
 
 MASKED_FILES = ["config.gz", "kcore", "keys", "key-users", "timer_list", "sched_debug",
                 "kallsyms", "modules", "vmallocinfo", "slabinfo", "iomem", "ioports",
@@ -20,9 +20,13 @@ def test_host_kernel_details_are_masked_in_proc(ready_sandbox):
     Must hold (with a private /proc; at basic there is none, asserted): every
     file that exists on the host reads as empty (a write goes into
     /dev/null and changes nothing), every directory lists nothing;
-    /proc/self and /proc/cpuinfo still work."""
+    /proc/self and /proc/cpuinfo still work.
+    Under gVisor /proc is the Sentry's own procfs, which has none of these
+    host kernel files to mask: each must be absent or empty there (never
+    the host's content), each directory absent or empty."""
     sb = ready_sandbox
     iso = isolation(sb)
+    gvisor = execution_backend(sb) == GVISOR
     R, _ = probe(sb, r'''
         R["proc"] = PROC
         if PROC:
@@ -62,11 +66,19 @@ def test_host_kernel_details_are_masked_in_proc(ready_sandbox):
     for name in MASKED_FILES:
         if not os.path.exists("/proc/" + name):
             continue
-        assert R["files"][name] == 0, f"/proc/{name} does not read empty: {R['files']}"
+        if gvisor:
+            assert R["files"][name] in (0, "absent"), \
+                f"/proc/{name} is neither absent nor empty under gVisor: {R['files']}"
+        else:
+            assert R["files"][name] == 0, f"/proc/{name} does not read empty: {R['files']}"
         assert R["files"][name + " after write"] in (0, "EACCES", "EPERM", "EROFS"), R["files"]
     for name in MASKED_DIRS:
         if os.path.isdir("/proc/" + name) and os.listdir("/proc/" + name):
-            assert R["dirs"][name] == [], f"/proc/{name} lists {R['dirs'][name][:5]}"
+            if gvisor:
+                assert R["dirs"][name] in ([], "absent"), \
+                    f"/proc/{name} lists {R['dirs'][name][:5]} under gVisor"
+            else:
+                assert R["dirs"][name] == [], f"/proc/{name} lists {R['dirs'][name][:5]}"
     assert R["self"] and R["cpuinfo"], R
 
 
@@ -114,6 +126,15 @@ def workspace_root_field(lines):
     return ws_line[0].split()[3]
 
 
+def assert_gvisor_mountinfo_hides_paths(lines):
+    """Under gVisor each mount is served by the gofer from its own root
+    (9p, aname=/): the 4th field is "/" for every mount, the workspace's
+    too, so no path within any host filesystem shows."""
+    assert workspace_root_field(lines) == "/", lines
+    assert all(l.split()[3] == "/" for l in lines), \
+        f"a gVisor mount shows a path within its filesystem: {lines}"
+
+
 def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory, make_sandbox):
     """The mountinfo attempt (mountinfo_lines). With the workspace root and the template
     root each a filesystem of their own (tmpfs mounts here, as a deployment
@@ -121,7 +142,8 @@ def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory,
     host path of the state layout shows; /healthz says host_layout.hidden.
     A daemon whose roots sit inside the host's filesystem says hidden false,
     with the fix in the note (mountinfo cannot be rewritten from a mount
-    namespace)."""
+    namespace). Under gVisor the gofer serves every mount from its own
+    root: the field is "/" for each, and still no host path shows."""
     import os
     import shutil
     import subprocess
@@ -142,7 +164,10 @@ def test_mountinfo_shows_no_host_layout_on_dedicated_filesystems(daemon_factory,
         sb = make_sandbox(d)
         lines = mountinfo_lines(sb)
         if lines is not None:
-            assert workspace_root_field(lines) == f"/{sb.id}/workspace", lines
+            if execution_backend(d) == GVISOR:
+                assert_gvisor_mountinfo_hides_paths(lines)
+            else:
+                assert workspace_root_field(lines) == f"/{sb.id}/workspace", lines
             for l in lines:
                 assert str(tmp_path) not in l and str(d.state) not in l, l
     finally:
@@ -156,7 +181,8 @@ def test_the_workspace_image_hides_the_host_layout(daemon_factory, make_sandbox)
     test's state directory on the host's filesystem) with
     SANDBOX_WORKSPACE_IMAGE_BYTES set: the daemon mounts its own btrfs
     image at both roots, so the 4th field is "/sandboxes/<id>/workspace"
-    and nothing in mountinfo names the state directory."""
+    and nothing in mountinfo names the state directory (under gVisor the
+    field is "/" for every mount, as above)."""
     d = daemon_factory({"SANDBOX_WORKSPACE_IMAGE_BYTES": str(512 * 1024 * 1024),
                         "SANDBOX_MIN_FREE_BYTES": "1048576"})
     layout = d.client().get("/healthz").body["worker"]["capabilities"]["host_layout"]
@@ -164,7 +190,10 @@ def test_the_workspace_image_hides_the_host_layout(daemon_factory, make_sandbox)
     sb = make_sandbox(d)
     lines = mountinfo_lines(sb)
     if lines is not None:
-        assert workspace_root_field(lines) == f"/sandboxes/{sb.id}/workspace", lines
+        if execution_backend(d) == GVISOR:
+            assert_gvisor_mountinfo_hides_paths(lines)
+        else:
+            assert workspace_root_field(lines) == f"/sandboxes/{sb.id}/workspace", lines
         for l in lines:
             assert str(d.state) not in l, l
 

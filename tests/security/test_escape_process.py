@@ -2,13 +2,16 @@
 and signals across sandboxes and at the daemon, a fork bomb, and (not
 run) a memory bomb."""
 
+import os
 import secrets
 import time
 
 import pytest
 
-from sec_helpers import (Background, assert_proc_as_reported, hold_until_released, host_processes,
-                         isolation, probe, release_holder, run, sh, wait_for)
+from sec_helpers import (GVISOR, Background, assert_proc_as_reported, execution_backend,
+                         gvisor_container_processes, gvisor_guest_processes, gvisor_host_pids,
+                         hold_until_released,
+                         host_processes, isolation, probe, release_holder, run, sh, wait_for)
 
 
 # ---------------------------------------------------------------------------
@@ -29,16 +32,29 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
     At basic there is no PID namespace and no /proc (asserted): A lists
     no process at all, and the only process of its own it knows, its init
     (getppid), stands in for "every pid in its /proc"; the attacks on B's
-    and the daemon's host pids are the same and must fail the same way."""
+    and the daemon's host pids are the same and must fail the same way.
+    Under gVisor B's processes live in B's Sentry (test environment): B's
+    own /proc shows when its command runs, B's host pids are its runsc
+    processes (found by B's cgroup), and "B is not traced" is checked on
+    both sides: inside B every process has TracerPid 0, and on the host
+    each of B's processes is traced by nobody or by B's own Sentry (the
+    ptrace platform traces its stubs), never by anything of A's. This
+    Sentry has no pidfd_open (ENOSYS): there is no pidfd to signal with."""
     iso = isolation(daemon)
+    gvisor = execution_backend(daemon) == GVISOR
     a, b = make_sandbox(daemon, "pt-a"), make_sandbox(daemon, "pt-b")
     marker = "pt-marker-" + secrets.token_hex(8)
     b_ws = daemon.sandbox_root / b.id / "workspace"
     holder = hold_until_released(b, marker, "stop-pt", pre="touch /workspace/ready;")
     try:
-        assert wait_for(lambda: (b_ws / "ready").exists() and any(
-            "sleep 20" in c for _, _, c in host_processes(b.uid)), 10), "B never started"
-        b_pids = [pid for pid, _, _ in host_processes(b.uid)]
+        if gvisor:
+            assert wait_for(lambda: (b_ws / "ready").exists() and any(
+                "sleep 20" in c for _, _, c, _ in gvisor_guest_processes(b)), 20), "B never started"
+            b_pids = gvisor_host_pids(b.uid)
+        else:
+            assert wait_for(lambda: (b_ws / "ready").exists() and any(
+                "sleep 20" in c for _, _, c in host_processes(b.uid)), 10), "B never started"
+            b_pids = [pid for pid, _, _ in host_processes(b.uid)]
         dpid = daemon.proc.pid
         R, body = probe(a, r'''
             me = os.getpid()
@@ -81,6 +97,19 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
                     tracers[pid] = [l.split()[1] for l in f if l.startswith("TracerPid:")][0]
             except OSError:
                 pass
+        if gvisor:
+            guest_tracers = {pid: t for pid, _, _, t in gvisor_guest_processes(b)}
+            # The tracer's thread group: the ptrace platform's Sentry threads
+            # trace its stubs; anything else would be a foreign tracer.
+            tracer_groups = {}
+            for pid, t in tracers.items():
+                if t == "0":
+                    continue
+                try:
+                    with open(f"/proc/{t}/status") as f:
+                        tracer_groups[pid] = int([l.split()[1] for l in f if l.startswith("Tgid:")][0])
+                except OSError as e:
+                    tracer_groups[pid] = repr(e)
         shell = sh(a, f"kill -9 {dpid} {' '.join(map(str, b_pids))} 2>/dev/null; "
                       f"echo kill-rc=$?; kill -9 -1; echo survived")
     finally:
@@ -93,13 +122,21 @@ def test_ptrace_and_signals_cannot_cross_the_boundary(daemon, make_sandbox):
         assert R["attach"][str(pid)] in ("ESRCH", "EPERM"), \
             f"ptrace attach to host pid {pid} (B or daemon) gave {R['attach'][str(pid)]}"
         assert R["kill"][str(pid)] in ("ESRCH", "EPERM"), R["kill"]
-        assert R["pidfd kill"][str(pid)] in ("ESRCH", "EPERM"), R["pidfd kill"]
+        assert R["pidfd kill"][str(pid)] in ("ESRCH", "EPERM") + (("ENOSYS",) if gvisor else ()), \
+            R["pidfd kill"]
     for pid, cmd in R["attached"].items():
         if R["proc_present"]:
             assert int(pid) in [int(p) for p in R["visible_cmdlines"]], R
         else:
             assert int(pid) in R["own"], R
-    assert all(t == "0" for t in tracers.values()), f"B's processes are being traced: {tracers}"
+    if gvisor:
+        assert b_pids and guest_tracers, (b_pids, guest_tracers)
+        assert all(t == 0 for t in guest_tracers.values()), \
+            f"B's processes are being traced (B's view): {guest_tracers}"
+        assert all(g in b_pids for g in tracer_groups.values()), \
+            f"B's host processes are traced from outside B: {tracers} {tracer_groups} {b_pids}"
+    else:
+        assert all(t == "0" for t in tracers.values()), f"B's processes are being traced: {tracers}"
     assert "kill-rc=0" not in shell["stdout"], shell
     assert held["status"] == "SUCCEEDED" and held["stdout"] == "held\n", \
         f"B's command was disturbed: {held}"
@@ -121,8 +158,17 @@ def test_fork_bomb_is_contained(daemon, make_sandbox):
     /health throughout and after; another sandbox runs `true` meanwhile;
     the bomb never holds more processes than RLIMIT_NPROC (64); afterwards
     no live process of the bomb's uid remains on the host (zombies awaiting
-    the host's reaper are ignored)."""
+    the host's reaper are ignored).
+    Under gVisor the bomb's processes are not host processes of its uid
+    (test environment): they are counted, during and after, in the
+    Sentry's own process table (`runsc ps` of the sandbox's container from
+    the host), where only init may remain."""
+    gvisor = execution_backend(daemon) == GVISOR
     bomb, other = make_sandbox(daemon, "bomb"), make_sandbox(daemon, "calm")
+    if gvisor:
+        assert run(bomb, ["true"])["status"] == "SUCCEEDED"
+        assert [c for _, c in gvisor_container_processes(daemon, bomb.uid)] == ["init"], \
+            "premise: runsc ps lists the bomb's sandbox, only its init between commands"
     c = daemon.client()
     t0 = time.monotonic()
     job = Background(run, bomb, ["python3", "-c", BOMB], timeout_seconds=5, http_timeout=60)
@@ -135,7 +181,11 @@ def test_fork_bomb_is_contained(daemon, make_sandbox):
             health.append((r.status, round(time.monotonic() - s, 3)))
         except OSError as e:
             health.append((repr(e), round(time.monotonic() - s, 3)))
-        peak = max(peak, len(host_processes(bomb.uid)))
+        if gvisor:
+            peak = max(peak, len([p for p in gvisor_container_processes(daemon, bomb.uid)
+                                  if p[1] != "init"]))
+        else:
+            peak = max(peak, len(host_processes(bomb.uid)))
         if other_result is None and time.monotonic() - t0 > 1.5:
             other_result = run(other, ["true"], http_timeout=30)
         time.sleep(0.2)
@@ -146,9 +196,15 @@ def test_fork_bomb_is_contained(daemon, make_sandbox):
     r = c.get("/health", auth=False)
     assert r.status == 200 and r.raw.strip() == b"ok"
     assert peak <= 64, f"the bomb held {peak} processes, above RLIMIT_NPROC=64"
+    if gvisor:
+        assert peak > 1, f"premise: the bomb's processes were counted in its Sentry ({peak})"
+    if os.environ.get("SANDLOOM_SEC_VERBOSE"):
+        print(f"\nfork bomb: peak {peak} processes")
     # Only the sandbox's warm-session init may remain (it stays for the next
     # command); nothing the bomb started.
     def bomb_left():
+        if gvisor:
+            return [p for p in gvisor_container_processes(daemon, bomb.uid) if p[1] != "init"]
         return [p for p in host_processes(bomb.uid) if "sandloom-init" not in str(p)]
     left = wait_for(lambda: not bomb_left(), 5)
     assert left, f"processes of the bomb's uid survive: {bomb_left()[:10]}"
