@@ -900,6 +900,8 @@ static int gv_open(struct sl_runtime *rt, const struct sl_rt_options *opt, struc
     snprintf(pr->max_supported_level, sizeof(pr->max_supported_level), "strict");
     pr->pid_namespace = pr->cgroup_namespace = true;
     pr->seccomp_policy = "gvisor-sentry";
+    pr->user_namespace = g->userns;
+    pr->nested_userns_disabled = false;
     return 0;
 }
 

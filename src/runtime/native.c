@@ -385,6 +385,7 @@ static int native_open(struct sl_runtime *rt, const struct sl_rt_options *opt,
     pr->pid_namespace = (rt->ns & NS_PID) != 0;
     pr->cgroup_namespace = (rt->ns & NS_CGROUP) != 0;
     pr->seccomp_policy = SL_SECCOMP_POLICY_NAME;
+    pr->user_namespace = pr->nested_userns_disabled = true;
     /* The boundary is the host kernel's: its release is the version. */
     struct utsname u;
     snprintf(pr->backend_version, sizeof(pr->backend_version), "%s",

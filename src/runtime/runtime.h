@@ -65,6 +65,12 @@ struct sl_rt_profile {
     char backend[16];             /* native | gvisor */
     char backend_version[80];     /* native: the kernel's release; gvisor: runsc's */
     char backend_platform[32];    /* native: namespaces; gvisor: runsc's platform (ptrace...) */
+    /* The sandbox's processes are in a user namespace of their own (uid 0
+     * inside mapped to the sandbox's uid), and cannot make nested ones
+     * (max_user_namespaces 0). gVisor: the first only in the isolated
+     * network mode; nested ones can be made inside the Sentry, where they
+     * give nothing on the host. */
+    bool user_namespace, nested_userns_disabled;
     char selected_level[16];      /* basic | standard | strict */
     char max_supported_level[16];
     bool supported[3];            /* basic, standard, strict */

@@ -138,7 +138,7 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_object_set_new(caps, "execution_backend",
                         json_pack("{s:s,s:s,s:s}", "name", p->backend, "version",
                                   p->backend_version, "platform", p->backend_platform));
-    json_object_set_new(caps, "user_namespace", json_true());
+    json_object_set_new(caps, "user_namespace", json_boolean(p->user_namespace));
     json_object_set_new(caps, "mount_namespace", json_true());
     json_object_set_new(caps, "ipc_namespace", json_true());
     json_object_set_new(caps, "uts_namespace", json_true());
@@ -200,7 +200,7 @@ static json_t *build_capabilities(struct sl_service *svc, const struct sl_rt_pro
     json_decref(needs);
     json_object_set_new(caps, "toolchains", tc);
 
-    json_object_set_new(caps, "disable_nested_userns", json_true());
+    json_object_set_new(caps, "disable_nested_userns", json_boolean(p->nested_userns_disabled));
     json_object_set_new(caps, "overlay", json_false());
     json_object_set_new(caps, "pid_namespace", json_boolean(p->pid_namespace));
     json_object_set_new(caps, "cgroup_namespace", json_boolean(p->cgroup_namespace));

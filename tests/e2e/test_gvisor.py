@@ -85,6 +85,10 @@ def test_commands_run_under_the_sentry(gv):
     assert backend["name"] == "gvisor" and backend["platform"] == "ptrace", backend
     assert backend["version"], backend
     assert hz["profile_hash"].endswith(f"-gvisor-{backend['version']}-ptrace"), hz["profile_hash"]
+    # Isolated mode: a user namespace of its own; nested ones can be made
+    # inside the Sentry (they give nothing on the host), and it says so.
+    assert hz["capabilities"]["user_namespace"] is True
+    assert hz["capabilities"]["disable_nested_userns"] is False
     sb = ready(gv.client())
     # The kernel the sandbox sees is gVisor's, not the host's.
     out = sh(sb, "uname -r; dmesg | head -3")
