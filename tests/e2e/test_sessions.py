@@ -31,6 +31,28 @@ def uid_processes(uid):
     return found
 
 
+def sandbox_processes(uid):
+    """The host processes of the sandbox of uid on either backend: its own
+    (natively, and under gVisor's user namespace), and the runsc processes
+    that run its gVisor sandbox, whose command lines name its container
+    (sl-<uid>-<n>, runtime/gvisor.c) whatever uid they run as."""
+    found = uid_processes(uid)
+    mark = f"sl-{uid}-".encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or any(p == int(pid) for p, _ in found):
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                raw = f.read()
+            with open(f"/proc/{pid}/status") as f:
+                zombie = any(l.startswith("State:") and "Z" in l.split()[1] for l in f)
+        except (OSError, IndexError):
+            continue
+        if mark in raw and b"runsc" in raw and not zombie:
+            found.append((int(pid), raw.replace(b"\0", b" ").decode(errors="replace").strip()))
+    return found
+
+
 def wait_for(cond, seconds):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

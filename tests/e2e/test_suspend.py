@@ -6,7 +6,7 @@ import time
 import uuid
 
 from sandloom_client import Sandbox, assert_error
-from test_sessions import uid_processes, wait_for
+from test_sessions import sandbox_processes, wait_for
 
 API = "/api/v1/sandboxes"
 
@@ -55,7 +55,7 @@ def test_suspend_stops_everything_keeps_files_and_resume_wakes(client):
     assert sb.connect().status == 200
     r = sb.exec(["sh", "-c", "echo kept > /workspace/f; setsid sleep 300 > /dev/null 2>&1 &"])
     assert r.status == 200 and r.body["status"] == "SUCCEEDED", r
-    assert wait_for(lambda: uid_processes(sb.uid), 5)
+    assert wait_for(lambda: sandbox_processes(sb.uid), 5)
     before = running_sessions(client)
     r = suspend(sb)
     assert r.status == 200, r
@@ -65,7 +65,7 @@ def test_suspend_stops_everything_keeps_files_and_resume_wakes(client):
                  "retained_until": b["retained_until"]}
     assert b["retained_until"] and b["retained_until"].endswith("Z")
     # No process, no slot.
-    assert wait_for(lambda: not uid_processes(sb.uid), 5), uid_processes(sb.uid)
+    assert wait_for(lambda: not sandbox_processes(sb.uid), 5), sandbox_processes(sb.uid)
     assert running_sessions(client) == before - 1
     assert sb.route().body["status"] == "SUSPENDED"
     # Idempotent: nothing changes, suspended false.
