@@ -261,3 +261,24 @@ def test_the_backend_refuses_to_start_where_it_cannot_work(daemon_factory):
     assert code == 3 and "no runsc at /nonexistent/runsc" in err, err
     code, err = daemon_factory(dict(GVISOR, SANDBOX_SESSION_IDLE_SECONDS="0"), expect_exit=True)
     assert code == 3 and "warm sessions" in err, err
+
+
+def test_the_doctor_probes_the_gvisor_boundary(sandloomd_binary, tmp_path):
+    """sandloom-doctor with the gVisor backend: a real gVisor sandbox runs
+    its probe and toolchains, it reports the backend, and its temporary
+    directory (with runsc's state) goes whole."""
+    import glob
+    import json
+    import subprocess
+    from pathlib import Path
+    before = set(glob.glob("/tmp/sandloom-doctor-*"))
+    r = subprocess.run([str(Path(sandloomd_binary).parent / "sandloom-doctor"), "--json"],
+                       capture_output=True, text=True, timeout=300,
+                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **GVISOR})
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["status"] == "ready" and d["errors"] == [], d
+    backend = d["capabilities"]["execution_backend"]
+    assert backend["name"] == "gvisor" and backend["platform"] == "ptrace", backend
+    assert d["capabilities"]["toolchains"]["python"]["status"] == "available"
+    assert set(glob.glob("/tmp/sandloom-doctor-*")) <= before
