@@ -1,8 +1,6 @@
 /* sandloom-doctor: runs the isolation probe without starting the service and
  * reports what this host can provide (spec RUNTIME.md §14). --json prints only
  * the JSON. Exit 0 when the configured policy is usable, 2 when blocked. */
-#include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <stdio.h>
@@ -27,13 +25,6 @@ static const char *const GUIDANCE[] = {
     "An explicitly requested level or required feature that fails stops startup.",
     "This report covers local execution only: no database, registry or object store checks.",
 };
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
 
 int main(int argc, char **argv)
 {
@@ -180,7 +171,7 @@ int main(int argc, char **argv)
             sl_rt_close(rt);
         }
         /* All of it: a gVisor probe leaves its state (.gvisor) there. */
-        (void)nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+        (void)sl_tree_remove(dir);
     }
     json_t *guidance = json_array();
     for (size_t i = 0; i < SL_ARRAY_LEN(GUIDANCE); i++)

@@ -1,12 +1,15 @@
 #include "common/util.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int64_t sl_now_us(void)
 {
@@ -236,4 +239,16 @@ char *sl_percent_decode(const char *s, size_t n)
     }
     out[j] = '\0';
     return out;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    (void)st;
+    (void)ftw;
+    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
+}
+
+int sl_tree_remove(const char *path)
+{
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT) == 0 ? 0 : -1;
 }

@@ -22,6 +22,10 @@ int sl_time_parse(const char *text, int64_t *us);
 /* Fill buf with 2*nbytes lowercase hex characters of kernel randomness
  * (getrandom) and a NUL. Returns 0, or -1 with errno. */
 int sl_random_hex(char *buf, size_t nbytes);
+/* rm -rf of path: nothing followed, no other filesystem entered (a mount
+ * below it stays, and so does its mount point). 0, or -1 when something
+ * was left; a path that is not there is removed already. */
+int sl_tree_remove(const char *path);
 /* Uniform random integer in [lo, hi]. */
 int sl_random_range(int64_t lo, int64_t hi, int64_t *out);
 

@@ -27,7 +27,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <limits.h>
 #include <net/if.h>
@@ -780,20 +779,13 @@ static int runsc_version(struct gv_state *g, char *out, size_t size, struct sl_e
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
 /* Containers a previous run of this worker left, and their bundles:
  * deleted (no session of this run exists yet). */
 static void delete_leftovers(struct gv_state *g)
 {
     char bundles[GV_DIR_MAX + 8];
     snprintf(bundles, sizeof(bundles), "%s/b", g->dir);
-    (void)nftw(bundles, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    (void)sl_tree_remove(bundles);
     DIR *d = opendir(g->root);
     if (!d)
         return;
@@ -883,7 +875,7 @@ static int gv_open(struct sl_runtime *rt, const struct sl_rt_options *opt, struc
         return -1;
     bool ok = rt_probe_run(rt, 0, true, probe_dir, opt->probe_uid, detail, sizeof(detail));
     rt_session_stop_uid(rt, opt->probe_uid);
-    rt_probe_dir_remove(probe_dir);
+    (void)sl_tree_remove(probe_dir);
     if (rt->cgroups)
         sl_cgroup_remove(rt->cgroups, opt->probe_uid);
     if (!ok)

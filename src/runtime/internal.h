@@ -243,7 +243,6 @@ int rt_run(struct sl_runtime *rt, unsigned ns, bool session, const struct sl_rt_
  * uid, and `/bin/sh -c true` run in it as a sandbox would run it. */
 int rt_probe_dir_create(const char *probe_root, uid_t uid, char *path, size_t size,
                         struct sl_error *err);
-void rt_probe_dir_remove(const char *path);
 /* true when the command ran and exited 0; else false with why in detail. */
 bool rt_probe_run(struct sl_runtime *rt, unsigned ns, bool session, const char *root, uid_t uid,
                   char *detail, size_t size);

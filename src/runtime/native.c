@@ -393,7 +393,7 @@ static int native_open(struct sl_runtime *rt, const struct sl_rt_options *opt,
     snprintf(pr->backend_platform, sizeof(pr->backend_platform), "namespaces");
     rc = 0;
 out:
-    rt_probe_dir_remove(probe_dir);
+    (void)sl_tree_remove(probe_dir);
     sl_cgroup_remove(rt->cgroups, opt->probe_uid);
     return rc;
 }

@@ -4,7 +4,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -15,18 +14,6 @@
 #include "runtime/internal.h"
 
 #define PROBE_TIMEOUT_MS 15000
-
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-void rt_probe_dir_remove(const char *path)
-{
-    (void)nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
 
 int rt_probe_dir_create(const char *probe_root, uid_t uid, char *path, size_t size,
                             struct sl_error *err)
@@ -44,7 +31,7 @@ int rt_probe_dir_create(const char *probe_root, uid_t uid, char *path, size_t si
         if ((i > 0 && mkdir(sub, 0700) < 0) ||
             fchownat(AT_FDCWD, sub, uid, uid, AT_SYMLINK_NOFOLLOW) < 0) {
             sl_error_errno(err, SL_E_CONFIG, "cannot prepare probe directory %s", sub);
-            rt_probe_dir_remove(path);
+            (void)sl_tree_remove(path);
             return -1;
         }
     }

@@ -109,9 +109,11 @@ static struct rt_session *session_new(struct sl_runtime *rt, const char *root, u
     return s;
 }
 
-/* Build s's boundary around sandloom-init (from restore_image when set):
- * the backend's session_start, with a new control socket. */
+/* Build s's boundary around sandloom-init with the templates s was made
+ * with (from restore_image when set): the backend's session_start, with a
+ * new control socket. */
 static int session_boot(struct sl_runtime *rt, struct rt_session *s,
+                        const struct sl_rt_mount *mounts, size_t nmounts,
                         const struct sl_rt_caps *caps, const struct sl_rt_egress *egress,
                         const char *restore_image, struct sl_error *err)
 {
@@ -119,16 +121,7 @@ static int session_boot(struct sl_runtime *rt, struct rt_session *s,
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
         return sl_error_errno(err, SL_E_RUNTIME, "sandbox setup failed: socketpair");
     s->restore_image = restore_image;
-    struct sl_rt_mount *mounts = calloc(s->mounts.n + 1, sizeof(*mounts));
-    if (!mounts) {
-        close(sv[0]);
-        close(sv[1]);
-        return sl_error_set(err, SL_E_INTERNAL, ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < s->mounts.n; i++)
-        mounts[i] = (struct sl_rt_mount){.name = s->mounts.names[i], .host_path = s->mounts.paths[i]};
-    int rc = rt->backend->session_start(rt, s, sv[1], mounts, s->mounts.n, caps, egress, err);
-    free(mounts);
+    int rc = rt->backend->session_start(rt, s, sv[1], mounts, nmounts, caps, egress, err);
     s->restore_image = NULL; /* the caller's, used up */
     close(sv[1]);
     if (rc < 0) {
@@ -145,7 +138,7 @@ static struct rt_session *session_start(struct sl_runtime *rt, const char *root,
                                         const struct sl_rt_egress *egress, struct sl_error *err)
 {
     struct rt_session *s = session_new(rt, root, uid, mounts, nmounts, err);
-    if (s && session_boot(rt, s, caps, egress, NULL, err) < 0) {
+    if (s && session_boot(rt, s, mounts, nmounts, caps, egress, NULL, err) < 0) {
         session_free(rt, s);
         return NULL;
     }
@@ -292,7 +285,7 @@ again:
     if (caps)
         s->caps = *caps;
     pthread_mutex_unlock(&rt->sessions_lock);
-    int rc = session_boot(rt, s, caps, egress, NULL, err);
+    int rc = session_boot(rt, s, mounts, nmounts, caps, egress, NULL, err);
     return session_started(rt, s, rc, err) ? s : NULL;
 }
 
@@ -951,7 +944,7 @@ again:
     if (!s)
         return -1;
     const struct sl_rt_egress none = {0};
-    int rc = session_boot(rt, s, caps, &none, dir, err);
+    int rc = session_boot(rt, s, mounts, nmounts, caps, &none, dir, err);
     if (!session_started(rt, s, rc, err))
         return -1;
     session_put(rt, s); /* it lives in the table, unused until a command comes */

@@ -624,20 +624,13 @@ static bool launch(struct sl_service *svc, struct svc_exec *x, uid_t uid,
     /* A tenant's per-sandbox ceilings lower this worker's limits for its
      * sandboxes (from their session's start on). A store that cannot say
      * fails the command rather than run it without them. */
-    int64_t tq[SL_LIMIT_COUNT];
-    if (svc_tenant_limits(svc, x->sandbox_id, tq, NULL, &err) < 0) {
+    if (svc_tenant_caps(svc, x->sandbox_id, &rreq.caps, &err) < 0) {
         free(mounts);
         free(argv);
         sl_env_free(&env);
         record_failure(&x->rec, "RuntimeError", err.message);
         return false;
     }
-    rreq.caps = (struct sl_rt_caps){
-        .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
-        .pids = tq[SL_LIMIT_SANDBOX_PIDS] > 0 ? tq[SL_LIMIT_SANDBOX_PIDS] : 0,
-        .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0 ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
-                                                    : 0,
-    };
     /* Private network mode: the rules its network starts with, if this
      * command starts one. A store that cannot say fails the command
      * rather than run it with rules it did not ask for. */

@@ -94,10 +94,10 @@ static int source_image(struct sl_service *svc, const struct sl_route *r, const 
         return 0;
     }
     snprintf(tmp, tmp_size, "%s/fork-memory", root);
-    svc_image_remove(tmp);
+    (void)sl_tree_remove(tmp);
     struct sl_error why = {0};
     if (sl_rt_session_checkpoint(svc->runtime, (uid_t)r->sandbox_uid, root, tmp, &why) < 0) {
-        svc_image_remove(tmp);
+        (void)sl_tree_remove(tmp);
         if (why.errnum == ENOENT || why.errnum == ENOTSUP)
             return 0; /* files only */
         if (why.errnum == EBUSY)
@@ -283,7 +283,7 @@ out:
                     sandbox_id, sl_error_text(&again));
         if (answer)
             json_object_set_new(answer, "source_memory", json_boolean(back));
-        svc_image_remove(tmp);
+        (void)sl_tree_remove(tmp);
     }
     json_decref(forks);
     json_decref(templates);

@@ -312,8 +312,6 @@ void svc_memory_dir(const struct sl_service *svc, const char *sandbox_id, char *
  * err (NO_SANDBOX_WORKER_AVAILABLE when this worker is full). */
 int svc_route_insert_here(struct sl_service *svc, const char *sandbox_id, const char *scope,
                           const char *actor, struct sl_error *err);
-/* A checkpoint image's directory, and all in it, removed. */
-void svc_image_remove(const char *dir);
 /* A checkpoint's attached templates, kept in its image directory
  * (templates.json): saved when it is taken, read back (a new reference;
  * an empty array when none) to restore it with the same mounts. */
@@ -376,6 +374,11 @@ void svc_disk_status(struct sl_service *svc, struct sl_disk_status *out);
  * (err). */
 int svc_tenant_limits(struct sl_service *svc, const char *sandbox_id,
                       int64_t quota[SL_LIMIT_COUNT], char tenant_id[33], struct sl_error *err);
+/* The per-sandbox ceilings (memory, pids, CPU) those limits set for the
+ * runtime, 0 where none: what a command's session, a restore, gets. 0, or
+ * -1 when the store failed (err). */
+int svc_tenant_caps(struct sl_service *svc, const char *sandbox_id, struct sl_rt_caps *caps,
+                    struct sl_error *err);
 /* 429 TENANT_QUOTA_EXCEEDED (limit workspace_bytes) when the sandbox's
  * tenant has used its bytes on this worker, as the last disk cycle
  * counted; 0 otherwise. */

@@ -2,7 +2,6 @@
  * (spec API.md §2, §3.5–§3.8, §3.14). Every transition is a compare-and-set
  * on (sandbox_id, generation, status) in the store. */
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -953,17 +952,6 @@ void svc_memory_dir(const struct sl_service *svc, const char *sandbox_id, char *
     snprintf(out, size, "%s/%s/memory", svc->cfg->workspace_root, sandbox_id);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
-void svc_image_remove(const char *dir)
-{
-    (void)nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
 
 /* With memory: the running session checkpointed into memory_dir() (its
  * processes end with it). *kept says whether there was one to keep.
@@ -975,7 +963,7 @@ static int checkpoint_session(struct sl_service *svc, const struct sl_route *r, 
     char root[PATH_MAX], dir[PATH_MAX + 16];
     snprintf(root, sizeof(root), "%s/%s", svc->cfg->workspace_root, r->sandbox_id);
     svc_memory_dir(svc, r->sandbox_id, dir, sizeof(dir));
-    svc_image_remove(dir); /* an older image (a suspend that did not finish) */
+    (void)sl_tree_remove(dir); /* an older image (a suspend that did not finish) */
     struct sl_error why = {0};
     *kept = false;
     if (sl_rt_session_checkpoint(svc->runtime, (uid_t)r->sandbox_uid, root, dir, &why) == 0) {
@@ -983,12 +971,12 @@ static int checkpoint_session(struct sl_service *svc, const struct sl_route *r, 
         if (svc_image_save_templates(svc, r->sandbox_id, dir, err) < 0) {
             /* Unrestorable without them: the processes come back now. */
             (void)svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &why);
-            svc_image_remove(dir);
+            (void)sl_tree_remove(dir);
             return -1;
         }
         return 0;
     }
-    svc_image_remove(dir);
+    (void)sl_tree_remove(dir);
     switch (why.errnum) {
     case ENOENT: /* nothing runs: nothing to keep but the files */
         return 0;
@@ -1028,7 +1016,7 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
     char image[PATH_MAX + 16];
     svc_memory_dir(svc, r->sandbox_id, image, sizeof(image));
     if (!memory)
-        svc_image_remove(image); /* never restored over the files of a later suspend */
+        (void)sl_tree_remove(image); /* never restored over the files of a later suspend */
     if (memory && rootfd >= 0 && checkpoint_session(svc, r, kept_memory, err) < 0)
         return -1;
     /* Every process goes first, so the snapshot sees files at rest. */
@@ -1049,7 +1037,7 @@ static int worker_suspend(struct sl_service *svc, const struct sl_route *r, bool
                 0)
                 sl_warn("suspend %s failed, and its processes could not be restored: %s",
                         r->sandbox_id, sl_error_text(&back));
-            svc_image_remove(image);
+            (void)sl_tree_remove(image);
             *kept_memory = false;
         }
         return -1;
@@ -1175,20 +1163,12 @@ int svc_session_restore(struct sl_service *svc, const char *sandbox_id, uid_t ui
     struct sl_rt_mount *mounts = NULL;
     size_t nmounts = 0;
     _cleanup_json_ json_t *records = svc_image_templates(image);
-    int64_t tq[SL_LIMIT_COUNT];
+    struct sl_rt_caps caps;
     int rc = svc_template_mounts_of(svc, records, &mounts, &nmounts, err);
     if (rc == 0)
-        rc = svc_tenant_limits(svc, sandbox_id, tq, NULL, err);
-    if (rc == 0) {
-        const struct sl_rt_caps caps = {
-            .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
-            .pids = tq[SL_LIMIT_SANDBOX_PIDS] > 0 ? tq[SL_LIMIT_SANDBOX_PIDS] : 0,
-            .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0
-                        ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
-                        : 0,
-        };
+        rc = svc_tenant_caps(svc, sandbox_id, &caps, err);
+    if (rc == 0)
         rc = sl_rt_session_restore(svc->runtime, root, uid, image, mounts, nmounts, &caps, err);
-    }
     free(mounts);
     return rc;
 }
@@ -1211,16 +1191,16 @@ static bool restore_session(struct sl_service *svc, const struct sl_route *r, js
     struct sl_error err = {0};
     *templates = svc_image_templates(dir);
     if (svc_session_restore(svc, r->sandbox_id, (uid_t)r->sandbox_uid, dir, &err) == 0) {
-        svc_image_remove(dir);
+        (void)sl_tree_remove(dir);
         return true;
     }
     sl_warn("resume %s: its processes could not be restored, its files are: %s", r->sandbox_id,
             sl_error_text(&err));
     snprintf(why, why_size, "%s", sl_error_text(&err));
     snprintf(aside, sizeof(aside), "%s.unrestored", dir);
-    svc_image_remove(aside);
+    (void)sl_tree_remove(aside);
     if (rename(dir, aside) < 0)
-        svc_image_remove(dir);
+        (void)sl_tree_remove(dir);
     json_decref(*templates);
     *templates = NULL;
     return false;

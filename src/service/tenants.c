@@ -513,6 +513,21 @@ int sl_svc_key_check(struct sl_service *svc, const char *key_id, const char *sec
 
 /* ---- a sandbox's tenant and its limits, on the worker that runs it ------ */
 
+int svc_tenant_caps(struct sl_service *svc, const char *sandbox_id, struct sl_rt_caps *caps,
+                    struct sl_error *err)
+{
+    int64_t tq[SL_LIMIT_COUNT];
+    if (svc_tenant_limits(svc, sandbox_id, tq, NULL, err) < 0)
+        return -1;
+    *caps = (struct sl_rt_caps){
+        .memory_bytes = tq[SL_LIMIT_SANDBOX_MEMORY] > 0 ? tq[SL_LIMIT_SANDBOX_MEMORY] : 0,
+        .pids = tq[SL_LIMIT_SANDBOX_PIDS] > 0 ? tq[SL_LIMIT_SANDBOX_PIDS] : 0,
+        .cpus = tq[SL_LIMIT_SANDBOX_CPU_MILLIS] > 0 ? (double)tq[SL_LIMIT_SANDBOX_CPU_MILLIS] / 1000
+                                                    : 0,
+    };
+    return 0;
+}
+
 int svc_tenant_limits(struct sl_service *svc, const char *sandbox_id,
                       int64_t quota[SL_LIMIT_COUNT], char tenant_id[33], struct sl_error *err)
 {

@@ -256,24 +256,12 @@ static int add_size(const char *path, const struct stat *st, int type, struct FT
     return 0;
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw)
-{
-    (void)st;
-    (void)ftw;
-    return (type == FTW_DP ? rmdir(path) : unlink(path)) < 0 && errno != ENOENT ? -1 : 0;
-}
-
 static int cmp_used(const void *a, const void *b)
 {
     const struct cached_tree *x = a, *y = b;
     if (x->used.tv_sec != y->used.tv_sec)
         return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
     return x->used.tv_nsec < y->used.tv_nsec ? -1 : x->used.tv_nsec > y->used.tv_nsec;
-}
-
-static bool remove_tree(const char *path)
-{
-    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0;
 }
 
 /* Calls visit(name, hex, tree_path, ctx) for every revision tree
@@ -332,7 +320,7 @@ static void remove_name_visit(const char *name, const char *hex, const char *tre
     struct remove_name_ctx *c = ctx;
     if (c->pinned && c->pinned(tree, c->arg))
         c->mounted = true;
-    else if (remove_tree(tree))
+    else if (sl_tree_remove(tree) == 0)
         c->removed++;
 }
 
@@ -347,7 +335,7 @@ int sl_tpl_remove_name(const char *root, const char *name,
     if (!c.mounted) {
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/.archives/%s", root, name);
-        if (access(dir, F_OK) == 0 && remove_tree(dir))
+        if (access(dir, F_OK) == 0 && sl_tree_remove(dir) == 0)
             c.removed++;
     }
     return c.removed;
@@ -373,7 +361,7 @@ struct sweep_ctx {
 static void sweep_visit(const char *name, const char *hex, const char *tree, void *ctx)
 {
     struct sweep_ctx *c = ctx;
-    if (!recently_used(tree) && !c->keep(name, hex, tree, c->arg) && remove_tree(tree))
+    if (!recently_used(tree) && !c->keep(name, hex, tree, c->arg) && sl_tree_remove(tree) == 0)
         c->removed++;
 }
 
@@ -394,7 +382,7 @@ int sl_tpl_sweep_unreferenced(const char *root,
             continue;
         char dir[PATH_MAX];
         snprintf(dir, sizeof(dir), "%s/%s", archives, e->d_name);
-        if (!recently_used(dir) && remove_tree(dir))
+        if (!recently_used(dir) && sl_tree_remove(dir) == 0)
             c.removed++;
     }
     if (a)
@@ -449,7 +437,7 @@ int sl_tpl_cache_evict(const char *root, int64_t max_bytes,
     for (size_t i = 0; i < c.n && c.total > max_bytes; i++) {
         if (pinned && pinned(c.trees[i].path, arg))
             continue; /* mounted by a live sandbox: never evicted */
-        if (remove_tree(c.trees[i].path)) {
+        if (sl_tree_remove(c.trees[i].path) == 0) {
             c.total -= c.trees[i].bytes;
             removed++;
         }

@@ -6,13 +6,7 @@ that runs nothing, as here, is forked by its files on every backend."""
 import uuid
 
 from sandloom_client import Sandbox, assert_error
-from test_sessions import wait_for
-
-
-def ready(client, prefix="fk"):
-    sb = Sandbox(client, f"{prefix}-" + uuid.uuid4().hex[:8], "scope")
-    assert sb.resolve().status == 200 and sb.connect().status == 200
-    return sb
+from test_sessions import ready, wait_for
 
 
 def sh(sb, script):
@@ -32,7 +26,7 @@ def copy_of(client, record):
 
 
 def test_fork_copies_the_files_into_new_sandboxes_that_diverge(daemon, client):
-    src = ready(client)
+    src = ready(client, "fk")
     sh(src, "mkdir -p /workspace/src && echo source > /workspace/src/who && "
             "echo rc > /home/sandbox/.rc && ln -s src/who /workspace/link && "
             "chmod 750 /workspace/src")
@@ -67,7 +61,7 @@ def test_fork_copies_the_files_into_new_sandboxes_that_diverge(daemon, client):
 
 
 def test_fork_refusals_lose_nothing(client):
-    src = ready(client)
+    src = ready(client, "fk")
     assert_error(fork(src, count=0), 422, "SANDBOX_INVALID_REQUEST")
     assert_error(fork(src, count=17), 422, "SANDBOX_INVALID_REQUEST")
     assert_error(fork(src, count=2, sandbox_ids=["fka-1"]), 422, "SANDBOX_INVALID_REQUEST")
@@ -76,7 +70,7 @@ def test_fork_refusals_lose_nothing(client):
     assert_error(client.post(f"/api/v1/sandboxes/nope-{uuid.uuid4().hex[:6]}/fork", json={}),
                  404, "SANDBOX_NOT_FOUND")
     # A name that exists: nothing is made, not even the copies before it.
-    other = ready(client)
+    other = ready(client, "fk")
     first = f"fkn-{uuid.uuid4().hex[:8]}"
     r = fork(src, sandbox_ids=[first, other.id])
     assert_error(r, 409, "SANDBOX_FORK_TARGET_EXISTS")

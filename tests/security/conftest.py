@@ -10,6 +10,7 @@ Fixtures re-exported from tests/e2e/conftest.py
 
 Fixtures added here
   isolated_daemon   module   a daemon with SANDBOX_NETWORK_MODE=isolated
+  gvisor_daemon     module   the same with SANDBOX_EXECUTION_BACKEND=gvisor
   make_sandbox      function resolve+connect a fresh Sandbox on any daemon
                              (released at teardown, best effort)
 
@@ -102,6 +103,14 @@ def _host_can_run_the_suite():
 @pytest.fixture(scope="module")
 def isolated_daemon(sandloomd_binary):
     yield from running_daemon(sandloomd_binary, {"SANDBOX_NETWORK_MODE": "isolated"})
+
+
+@pytest.fixture(scope="module")
+def gvisor_daemon(sandloomd_binary):
+    """Sandboxes under gVisor, in the mode where it keeps its own network
+    stack (test_escape_gvisor.py)."""
+    yield from running_daemon(sandloomd_binary, {"SANDBOX_EXECUTION_BACKEND": "gvisor",
+                                                 "SANDBOX_NETWORK_MODE": "isolated"})
 
 
 @pytest.fixture

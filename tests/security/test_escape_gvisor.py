@@ -17,23 +17,10 @@ from sec_helpers import probe, sh
 
 pytestmark = pytest.mark.gvisor_cases
 
-GVISOR = {"SANDBOX_EXECUTION_BACKEND": "gvisor", "SANDBOX_NETWORK_MODE": "isolated"}
-
-
-@pytest.fixture(scope="module")
-def gv_daemon(sandloomd_binary):
-    import sandloom_e2e_conftest as e2e
-    d = e2e.Daemon(sandloomd_binary, GVISOR).spawn()
-    try:
-        d.wait_healthy()
-        yield d
-    finally:
-        d.cleanup()
-
 
 @pytest.fixture
-def gv_sandbox(gv_daemon, make_sandbox):
-    return make_sandbox(gv_daemon, "gvsec")
+def gv_sandbox(gvisor_daemon, make_sandbox):
+    return make_sandbox(gvisor_daemon, "gvsec")
 
 
 def host_pids_of(uid):
@@ -107,7 +94,7 @@ def test_an_unusual_syscall_surface_is_answered_by_the_sentry(gv_sandbox):
     assert R["undefined_1000"] == "ENOSYS", R
 
 
-def test_the_sentry_is_itself_confined_on_the_host(gv_daemon, gv_sandbox):
+def test_the_sentry_is_itself_confined_on_the_host(gvisor_daemon, gv_sandbox):
     """The host side: the processes that run the sandbox are runsc's, each
     under a seccomp filter of its own (Seccomp: 2 in /proc/<pid>/status),
     and none runs as a real root without one."""
